@@ -437,8 +437,8 @@ $$;
 -- release; LAPSED: since the expiry) and returns how many it deleted. HELD keys are never touched.
 -- Before deleting, it raises the epoch floor to the largest epoch it removes, so a purged key that is
 -- acquired again starts above every epoch it ever had: epochs never go back. Waits for transactions
--- that are creating new keys (and they for it). Granted to the extension's owner only; GRANT it to
--- operator roles as needed. 22023 on invalid input.
+-- that are creating new keys (and they for it). Executable by the role that installed the extension,
+-- which may grant it on (WITH GRANT OPTION) to operator roles. 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.purge(older_than interval)
 RETURNS bigint
@@ -479,7 +479,7 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION lease.purge(interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION lease.purge(interval) TO @extowner@;
+GRANT EXECUTE ON FUNCTION lease.purge(interval) TO @extowner@ WITH GRANT OPTION;
 
 -- ---------------------------------------------------------------------------------------------------
 -- lease.version() -> text: the version of the pg_lease SQL API installed in this database.

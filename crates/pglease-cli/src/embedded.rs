@@ -1,0 +1,32 @@
+//! A private PostgreSQL server for commands that need one: started with `pgcluster`, with the
+//! pg_lease extension files (embedded in this binary) installed into it.
+
+use std::path::PathBuf;
+
+use pgcluster::{Cluster, ClusterBuilder};
+
+/// The extension's control file, embedded from `extension/` (the same file `make install` ships).
+pub const CONTROL: &str = include_str!("../../../extension/pg_lease.control");
+
+/// Writes the embedded extension files into a fresh directory laid out like `extension/`.
+fn extension_dir() -> std::io::Result<(tempfile::TempDir, PathBuf)> {
+    let dir = tempfile::Builder::new().prefix("pglease-ext-").tempdir()?;
+    let root = dir.path().to_path_buf();
+    std::fs::create_dir_all(root.join("sql"))?;
+    std::fs::write(root.join("pg_lease.control"), CONTROL)?;
+    std::fs::write(
+        root.join("sql")
+            .join(format!("pg_lease--{}.sql", pglease::VERSION)),
+        pglease::SCRIPT,
+    )?;
+    Ok((dir, root))
+}
+
+/// Starts a throw-away server of `major` with the extension files installed.
+pub fn start_throwaway(major: u32) -> Result<Cluster, crate::BoxError> {
+    let (_guard, dir) = extension_dir()?;
+    let cluster = ClusterBuilder::for_major(major)?
+        .extension_dir(&dir)
+        .start()?;
+    Ok(cluster)
+}

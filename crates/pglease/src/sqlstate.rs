@@ -1,0 +1,87 @@
+//! The SQLSTATEs that pg_lease's SQL API raises itself: the one table of them.
+//!
+//! A unit test reads every `ERRCODE = '.....'` in the extension script and checks that the set of
+//! codes equals [`ALL`], so the SQL and this table cannot drift apart. PostgreSQL's own errors (a
+//! missing privilege, a serialization failure, ...) keep their codes too; see [`crate::Error::code`].
+
+/// `22023` (`invalid_parameter_value`): an argument violates the API's limits; nothing changed.
+///
+/// The DETAIL lists every violation, separated by `"; "`. See [`crate::Error::is_invalid_input`].
+pub const INVALID_INPUT: &str = "22023";
+
+/// `57014` (`query_canceled`): a waiting `lease.acquire` reached its deadline; nothing was granted.
+///
+/// PostgreSQL raises the same code for `statement_timeout` and cancel requests. See
+/// [`crate::Error::is_wait_timeout`].
+pub const WAIT_TIMEOUT: &str = "57014";
+
+/// Every SQLSTATE pg_lease raises, as `(code, PostgreSQL condition name, meaning in pg_lease)`.
+pub const ALL: &[(&str, &str, &str)] = &[
+    (
+        INVALID_INPUT,
+        "invalid_parameter_value",
+        "invalid input: a NULL, empty or over-long key, owner or prefix, or a ttl, wait or \
+         older_than out of range; DETAIL names every violation; nothing changed",
+    ),
+    (
+        WAIT_TIMEOUT,
+        "query_canceled",
+        "a waiting lease.acquire reached its deadline while another owner held the key; \
+         nothing was granted",
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every code in an `ERRCODE = '.....'` clause of `sql`, in order of appearance.
+    fn errcodes(sql: &str) -> Vec<String> {
+        let mut codes = Vec::new();
+        let mut rest = sql;
+        while let Some(at) = rest.find("ERRCODE") {
+            rest = &rest[at + "ERRCODE".len()..];
+            let Some(value) = rest.trim_start().strip_prefix('=') else {
+                continue;
+            };
+            let value = value.trim_start();
+            if let Some(quoted) = value.strip_prefix('\'') {
+                let end = quoted.find('\'').expect("unterminated ERRCODE literal");
+                codes.push(quoted[..end].to_owned());
+            }
+        }
+        codes
+    }
+
+    #[test]
+    fn sql_and_table_agree_on_the_set_of_codes() {
+        let in_sql: BTreeSet<String> = errcodes(crate::install::SCRIPT).into_iter().collect();
+        let in_table: BTreeSet<String> = ALL.iter().map(|(c, _, _)| (*c).to_owned()).collect();
+        assert!(
+            !in_sql.is_empty(),
+            "found no ERRCODE in the extension script"
+        );
+        assert_eq!(in_sql, in_table, "extension SQL vs sqlstate::ALL");
+    }
+
+    #[test]
+    fn table_entries_are_well_formed_and_unique() {
+        let mut seen = BTreeSet::new();
+        for (code, name, meaning) in ALL {
+            assert_eq!(code.len(), 5, "{code}");
+            assert!(
+                code.bytes()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+            );
+            assert!(!name.is_empty() && !meaning.is_empty());
+            assert!(seen.insert(*code), "duplicate {code}");
+        }
+    }
+
+    #[test]
+    fn errcodes_parser_reads_spacing_variants() {
+        let sql = "RAISE USING ERRCODE='22023'; RAISE USING ERRCODE  =  '57014', ERRCODE x";
+        assert_eq!(errcodes(sql), ["22023", "57014"]);
+    }
+}

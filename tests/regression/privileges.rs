@@ -1,0 +1,119 @@
+//! Privileges: the functions are the only way in; the extension is trusted.
+
+use pglease_tests::{ADMIN, APP, SHARED_DB, expect_error, server};
+
+use crate::grant;
+
+#[tokio::test]
+async fn application_role_cannot_read_or_write_the_lease_tables() {
+    let c = server().app().await;
+    for sql in [
+        "SELECT * FROM lease.leases",
+        "INSERT INTO lease.leases VALUES ('x', 'me', 1000, now() + interval '1 year')",
+        "UPDATE lease.leases SET epoch = 1",
+        "DELETE FROM lease.leases",
+        "SELECT * FROM lease.epoch_floor",
+        "UPDATE lease.epoch_floor SET floor = 0",
+        "TRUNCATE lease.leases",
+    ] {
+        assert_eq!(expect_error(&c, sql).await.code, "42501", "{sql}");
+    }
+}
+
+#[tokio::test]
+async fn application_role_cannot_call_internal_helpers() {
+    let c = server().app().await;
+    for sql in [
+        "SELECT lease._refusal('k', 'o', 1)",
+        "SELECT lease._raise_invalid_input('x', ARRAY['y'])",
+        "SELECT lease._text_violations('k', NULL, false, false)",
+        "SELECT lease._interval_violations('ttl', NULL, true)",
+    ] {
+        assert_eq!(expect_error(&c, sql).await.code, "42501", "{sql}");
+    }
+}
+
+#[tokio::test]
+async fn installing_role_is_not_a_superuser_and_cannot_read_the_tables_either() {
+    let s = server();
+    let admin = s.connect_as(SHARED_DB, ADMIN).await;
+    let is_super: bool = admin
+        .query_one(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!is_super);
+    assert_eq!(
+        expect_error(&admin, "SELECT * FROM lease.leases")
+            .await
+            .code,
+        "42501"
+    );
+}
+
+#[tokio::test]
+async fn non_superuser_with_create_on_the_database_installs_and_uses_the_extension() {
+    let s = server();
+    let db = s.fresh_db("trusted_install");
+    let admin = s.connect_as(&db, ADMIN).await;
+    admin
+        .batch_execute("CREATE EXTENSION pg_lease")
+        .await
+        .unwrap();
+    let owner: String = admin
+        .query_one(
+            "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pg_lease'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(owner, ADMIN);
+    let app = s.connect_as(&db, APP).await;
+    assert_eq!(grant(&app, "k", "w", "1 minute").await, 1);
+}
+
+#[tokio::test]
+async fn role_without_create_on_the_database_cannot_install() {
+    let s = server();
+    // PUBLIC has only CONNECT and TEMPORARY on a new database; app owns nothing here.
+    let db = s.fresh_db("untrusted_install");
+    let app = s.connect_as(&db, APP).await;
+    assert_eq!(
+        expect_error(&app, "CREATE EXTENSION pg_lease").await.code,
+        "42501"
+    );
+}
+
+#[tokio::test]
+async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
+    let c = server().connect_super(SHARED_DB).await;
+    let rows = c
+        .query(
+            "SELECT p.proname, p.prosecdef, p.proconfig
+               FROM pg_proc p
+              WHERE p.pronamespace = 'lease'::regnamespace AND left(p.proname, 1) <> '_' AND p.proname <> 'version'
+              ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(
+        names,
+        ["acquire", "inspect", "list", "purge", "release", "renew"]
+    );
+    for r in rows {
+        let name: String = r.get(0);
+        assert!(r.get::<_, bool>(1), "{name} is SECURITY DEFINER");
+        let config: Vec<String> = r.get(2);
+        assert_eq!(
+            config,
+            vec!["search_path=pg_catalog, lease, pg_temp".to_string()],
+            "{name}"
+        );
+    }
+}
