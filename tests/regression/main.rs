@@ -6,8 +6,9 @@
 
 mod acquire;
 mod blocking;
+mod docs;
 mod extension;
-
+mod installer;
 mod invalid_input;
 mod list;
 mod privileges;
