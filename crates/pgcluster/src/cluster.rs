@@ -1,0 +1,593 @@
+//! A running (or stopped) private PostgreSQL cluster and its lifecycle.
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::error::{Error, IoContext, Result};
+use crate::install::Installation;
+use crate::user::{self, ServerUser};
+use crate::version::PgVersion;
+use crate::{ipc, proctree, registry};
+
+/// How long to wait for start-up and for a fast shutdown.
+const SERVER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often to poll while waiting for the server process.
+const POLL: Duration = Duration::from_millis(20);
+/// How many ports to try when the chosen one is taken before the server binds it.
+const PORT_ATTEMPTS: u32 = 5;
+
+/// A private PostgreSQL cluster in a temporary directory, created by
+/// [`ClusterBuilder::start`](crate::ClusterBuilder::start).
+///
+/// The server listens on a unix socket in [`socket_dir`](Self::socket_dir) and on
+/// `127.0.0.1:`[`port`](Self::port); user `postgres` needs no password. Dropping the
+/// cluster (also during a panic's unwinding) shuts the server down and deletes the
+/// directory; clusters never dropped (e.g. in `static`s) are cleaned up at process exit.
+#[derive(Debug)]
+pub struct Cluster {
+    installation: Installation,
+    server: Installation,
+    user: Option<ServerUser>,
+    settings: Vec<(String, String)>,
+    tempdir: Option<TempDir>,
+    base: PathBuf,
+    data_dir: PathBuf,
+    socket_dir: PathBuf,
+    log_path: PathBuf,
+    port: u16,
+    child: Mutex<Option<Child>>,
+    paused: AtomicBool,
+    registry_id: u64,
+    keep: bool,
+}
+
+impl Cluster {
+    pub(crate) fn new(
+        installation: Installation,
+        server: Installation,
+        user: Option<ServerUser>,
+        settings: Vec<(String, String)>,
+        tempdir: TempDir,
+        registry_id: u64,
+        keep: bool,
+    ) -> Cluster {
+        let base = tempdir.path().to_path_buf();
+        Cluster {
+            installation,
+            server,
+            user,
+            settings,
+            data_dir: base.join("data"),
+            socket_dir: base.join("s"),
+            log_path: base.join("server.log"),
+            base,
+            tempdir: Some(tempdir),
+            port: 0,
+            child: Mutex::new(None),
+            paused: AtomicBool::new(false),
+            registry_id,
+            keep,
+        }
+    }
+
+    /// Starts the server on the existing data directory (after [`stop`](Self::stop) or
+    /// [`crash`](Self::crash)) and waits until it accepts connections; a no-op if running.
+    ///
+    /// The previous port is tried first; if it has been taken meanwhile a new free port is
+    /// used, so re-read [`port`](Self::port) / connection strings after a restart.
+    pub fn start(&mut self) -> Result<()> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let mut port = if self.port != 0 {
+            self.port
+        } else {
+            free_port()?
+        };
+        let mut attempt = 1;
+        loop {
+            match self.spawn_and_wait(port) {
+                Ok(()) => {
+                    self.port = port;
+                    return Ok(());
+                }
+                Err((true, _)) if attempt < PORT_ATTEMPTS => {
+                    attempt += 1;
+                    port = free_port()?;
+                }
+                Err((_, e)) => return Err(e),
+            }
+        }
+    }
+
+    /// Stops the server with a fast shutdown (SIGINT) and waits for it to exit; after 60 s
+    /// the whole process tree is SIGKILLed and [`Error::Timeout`] returned. A no-op if not
+    /// running. A paused server is resumed first.
+    pub fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.take_running_child() else {
+            return Ok(());
+        };
+        let pid = child.id() as i32;
+        self.resume_tree(pid);
+        proctree::signal(pid, libc::SIGINT);
+        let result = if wait_child(&mut child, SERVER_TIMEOUT) {
+            Ok(())
+        } else {
+            let killed = proctree::kill_tree(pid);
+            let _ = child.wait();
+            proctree::wait_all_gone(&killed, SERVER_TIMEOUT);
+            Err(Error::Timeout {
+                what: "fast shutdown of PostgreSQL (server was SIGKILLed)".into(),
+                seconds: SERVER_TIMEOUT.as_secs(),
+            })
+        };
+        registry::set_pid(self.registry_id, None);
+        result
+    }
+
+    /// Simulates a crash: SIGKILLs the postmaster and every backend/auxiliary process (no
+    /// shutdown checkpoint), reaps the postmaster and waits until all of them are gone, so
+    /// that [`start`](Self::start) can run crash recovery. A no-op if not running.
+    pub fn crash(&mut self) -> Result<()> {
+        let Some(mut child) = self.take_running_child() else {
+            return Ok(());
+        };
+        let pid = child.id() as i32;
+        let killed = proctree::kill_tree(pid);
+        let _ = child.wait();
+        self.paused.store(false, Ordering::SeqCst);
+        registry::set_pid(self.registry_id, None);
+        if proctree::wait_all_gone(&killed, SERVER_TIMEOUT) {
+            Ok(())
+        } else {
+            Err(Error::Timeout {
+                what: "killed PostgreSQL processes to exit".into(),
+                seconds: SERVER_TIMEOUT.as_secs(),
+            })
+        }
+    }
+
+    /// [`stop`](Self::stop) followed by [`start`](Self::start).
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop()?;
+        self.start()
+    }
+
+    /// Freezes the server: SIGSTOPs the postmaster and all its descendants and waits until
+    /// they are stopped. Clients see an unresponsive (not closed) server until
+    /// [`resume`](Self::resume). A no-op if not running.
+    pub fn pause(&self) {
+        let Some(pid) = self.postmaster_pid().map(|p| p as i32) else {
+            return;
+        };
+        self.paused.store(true, Ordering::SeqCst);
+        proctree::signal_tree_parent_first(pid, libc::SIGSTOP);
+        let mut all = proctree::descendants(pid);
+        all.push(pid);
+        proctree::wait_all_stopped(&all, Duration::from_secs(5));
+    }
+
+    /// Unfreezes a server frozen by [`pause`](Self::pause) (SIGCONT to all its processes).
+    pub fn resume(&self) {
+        if let Some(pid) = self.postmaster_pid() {
+            self.resume_tree(pid as i32);
+        }
+    }
+
+    /// Whether the server is paused with [`pause`](Self::pause).
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Sends signal `sig` (e.g. `libc::SIGTERM`) to `pid`, which must be a process of this
+    /// server (a backend from `pg_backend_pid()`, or the postmaster).
+    pub fn signal_backend(&self, pid: i32, sig: i32) -> Result<()> {
+        let Some(pm) = self.postmaster_pid().map(|p| p as i32) else {
+            return Err(Error::io(
+                "server not running; cannot signal pid",
+                Path::new(&pid.to_string()),
+                std::io::ErrorKind::NotFound.into(),
+            ));
+        };
+        if pid != pm && !proctree::descendants(pm).contains(&pid) {
+            return Err(Error::io(
+                "not a process of this server",
+                Path::new(&pid.to_string()),
+                std::io::ErrorKind::NotFound.into(),
+            ));
+        }
+        if proctree::signal(pid, sig) {
+            Ok(())
+        } else {
+            Err(Error::io(
+                "sending signal to",
+                Path::new(&pid.to_string()),
+                std::io::Error::last_os_error(),
+            ))
+        }
+    }
+
+    /// Whether the postmaster process is alive (a paused server counts as running).
+    pub fn is_running(&self) -> bool {
+        self.lock_child()
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The postmaster's pid while it runs.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        let mut guard = self.lock_child();
+        let child = guard.as_mut()?;
+        matches!(child.try_wait(), Ok(None)).then(|| child.id())
+    }
+
+    /// The server's version.
+    pub fn version(&self) -> PgVersion {
+        self.installation.version()
+    }
+
+    /// The installation the cluster was built from (its `psql` is used by [`psql`](Self::psql)).
+    pub fn installation(&self) -> &Installation {
+        &self.installation
+    }
+
+    /// The installation the server actually runs from: [`installation`](Self::installation),
+    /// or a private mirror of it when extension files needed one.
+    pub fn server_installation(&self) -> &Installation {
+        &self.server
+    }
+
+    /// The TCP port on 127.0.0.1 (also the unix socket's port number).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The directory holding the unix socket (`.s.PGSQL.<port>`).
+    pub fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The server log file (stdout and stderr of every start, appended).
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The whole server log so far (lossily decoded).
+    pub fn log(&self) -> String {
+        fs::read(&self.log_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// A libpq key=value connection string over the unix socket:
+    /// `host=<socket_dir> port=<port> user=postgres dbname=<dbname>`.
+    pub fn connection_string(&self, dbname: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={}",
+            conninfo_quote(&self.socket_dir.to_string_lossy()),
+            self.port,
+            conninfo_quote(dbname)
+        )
+    }
+
+    /// A TCP connection URL: `postgresql://postgres@127.0.0.1:<port>/<dbname>`.
+    pub fn url(&self, dbname: &str) -> String {
+        format!(
+            "postgresql://postgres@127.0.0.1:{}/{}",
+            self.port,
+            percent_encode(dbname)
+        )
+    }
+
+    /// Connects as `postgres` to `dbname` over the unix socket.
+    ///
+    /// Must be called inside a tokio runtime: the connection future is `tokio::spawn`ed and
+    /// lives on that runtime (the client fails once the runtime shuts down).
+    pub async fn connect(&self, dbname: &str) -> Result<tokio_postgres::Client> {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host_path(&self.socket_dir)
+            .port(self.port)
+            .user("postgres")
+            .dbname(dbname);
+        spawn_connection(config).await
+    }
+
+    /// Like [`connect`](Self::connect) but over TCP to 127.0.0.1.
+    pub async fn connect_tcp(&self, dbname: &str) -> Result<tokio_postgres::Client> {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host("127.0.0.1")
+            .port(self.port)
+            .user("postgres")
+            .dbname(dbname);
+        spawn_connection(config).await
+    }
+
+    /// Runs `sql` with the installation's `psql -X -q -A -t -v ON_ERROR_STOP=1` against
+    /// `dbname` and returns its stdout (unaligned tuples only, trailing newline included);
+    /// fails with [`Error::Command`] carrying psql's stderr on non-zero exit.
+    pub fn psql(&self, dbname: &str, sql: &str) -> Result<String> {
+        let psql = self.installation.bin("psql");
+        let mut cmd = Command::new(&psql);
+        cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(&self.socket_dir)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-U", "postgres", "-d", dbname, "-c", sql])
+            .stdin(Stdio::null());
+        user::scrub_pg_env(&mut cmd);
+        let out = cmd.output().ctx("running", &psql)?;
+        if !out.status.success() {
+            return Err(Error::Command {
+                program: format!("psql ({sql})"),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Creates database `name` (quoted as an identifier) via [`psql`](Self::psql).
+    pub fn create_database(&self, name: &str) -> Result<()> {
+        let ident = format!("\"{}\"", name.replace('"', "\"\""));
+        self.psql("postgres", &format!("CREATE DATABASE {ident}"))
+            .map(drop)
+    }
+
+    pub(crate) fn base_dir(&self) -> &Path {
+        &self.base
+    }
+
+    pub(crate) fn server_user(&self) -> Option<&ServerUser> {
+        self.user.as_ref()
+    }
+
+    fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the child out of its slot if it is still running (clearing a dead one).
+    fn take_running_child(&mut self) -> Option<Child> {
+        let mut child = self.lock_child().take()?;
+        if matches!(child.try_wait(), Ok(None)) {
+            Some(child)
+        } else {
+            registry::set_pid(self.registry_id, None);
+            self.paused.store(false, Ordering::SeqCst);
+            None
+        }
+    }
+
+    fn resume_tree(&self, pid: i32) {
+        if self.paused.swap(false, Ordering::SeqCst) {
+            proctree::signal_tree_children_first(pid, libc::SIGCONT);
+        }
+    }
+
+    /// Spawns the postmaster on `port` and waits until it is ready. On failure returns
+    /// whether the port was taken, and the error.
+    fn spawn_and_wait(&mut self, port: u16) -> std::result::Result<(), (bool, Error)> {
+        let plain = |e: Error| (false, e);
+        let log_offset = fs::metadata(&self.log_path).map(|m| m.len()).unwrap_or(0);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .ctx("opening log", &self.log_path)
+            .map_err(plain)?;
+        let log2 = log
+            .try_clone()
+            .ctx("opening log", &self.log_path)
+            .map_err(plain)?;
+        let postgres = self.server.bin("postgres");
+        let mut cmd = Command::new(&postgres);
+        cmd.arg("-D").arg(&self.data_dir);
+        for (k, v) in &self.settings {
+            if !matches!(
+                k.as_str(),
+                "port" | "listen_addresses" | "unix_socket_directories"
+            ) {
+                cmd.arg("-c").arg(format!("{k}={v}"));
+            }
+        }
+        cmd.arg("-c")
+            .arg(format!("port={port}"))
+            .arg("-c")
+            .arg("listen_addresses=127.0.0.1")
+            .arg("-c")
+            .arg(format!(
+                "unix_socket_directories={}",
+                self.socket_dir.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0);
+        user::prepare_server_command(&mut cmd, self.user.as_ref(), &self.base);
+        let child = cmd.spawn().ctx("starting", &postgres).map_err(plain)?;
+        let pid = child.id() as i32;
+        registry::set_pid(self.registry_id, Some(pid));
+        *self.lock_child() = Some(child);
+
+        let deadline = Instant::now() + SERVER_TIMEOUT;
+        loop {
+            let exited = {
+                let mut guard = self.lock_child();
+                let child = guard.as_mut().expect("child was just stored");
+                match child.try_wait() {
+                    Ok(Some(status)) => Some(status.to_string()),
+                    Ok(None) => None,
+                    Err(e) => Some(format!("wait failed: {e}")),
+                }
+            };
+            if let Some(status) = exited {
+                *self.lock_child() = None;
+                registry::set_pid(self.registry_id, None);
+                let log_tail = self.log_tail(log_offset);
+                let port_taken = log_tail.contains("could not bind")
+                    || log_tail.contains("Address already in use");
+                let message = format!("postgres exited ({status}) before becoming ready");
+                return Err((port_taken, Error::Start { message, log_tail }));
+            }
+            if self.postmaster_ready(pid) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                if let Some(mut child) = self.lock_child().take() {
+                    let killed = proctree::kill_tree(pid);
+                    let _ = child.wait();
+                    proctree::wait_all_gone(&killed, SERVER_TIMEOUT);
+                }
+                registry::set_pid(self.registry_id, None);
+                return Err(plain(Error::Timeout {
+                    what: format!(
+                        "PostgreSQL to become ready; server log tail:\n{}",
+                        self.log_tail(log_offset)
+                    ),
+                    seconds: SERVER_TIMEOUT.as_secs(),
+                }));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Whether `postmaster.pid` names `pid` and reports status `ready` (line 8).
+    fn postmaster_ready(&self, pid: i32) -> bool {
+        let Ok(text) = fs::read_to_string(self.data_dir.join("postmaster.pid")) else {
+            return false;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        lines.first().and_then(|l| l.trim().parse::<i32>().ok()) == Some(pid)
+            && lines.get(7).is_some_and(|s| s.trim() == "ready")
+    }
+
+    /// The last 40 lines of the log written since byte `offset`.
+    fn log_tail(&self, offset: u64) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = fs::File::open(&self.log_path)
+            && f.seek(SeekFrom::Start(offset)).is_ok()
+        {
+            let mut bytes = Vec::new();
+            let _ = f.read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Cluster {
+    /// Shuts the server down (immediate shutdown, SIGKILL of the whole tree after 10 s),
+    /// releases leftover shared memory and removes the temporary directory, unless
+    /// `PGCLUSTER_KEEP` was set at creation (then the path is printed to stderr).
+    fn drop(&mut self) {
+        if let Some(mut child) = self.take_running_child() {
+            let pid = child.id() as i32;
+            self.resume_tree(pid);
+            proctree::signal(pid, libc::SIGQUIT);
+            if !wait_child(&mut child, Duration::from_secs(10)) {
+                let killed = proctree::kill_tree(pid);
+                let _ = child.wait();
+                proctree::wait_all_gone(&killed, Duration::from_secs(10));
+            }
+        }
+        ipc::release(&self.data_dir);
+        registry::unregister(self.registry_id);
+        if let Some(tempdir) = self.tempdir.take() {
+            if self.keep {
+                let path = tempdir.keep();
+                eprintln!("pgcluster: keeping cluster directory {}", path.display());
+            } else {
+                let _ = fs::remove_dir_all(tempdir.path());
+            }
+        }
+    }
+}
+
+/// Polls `child` until it exits or `timeout` passes; returns whether it exited (reaped).
+fn wait_child(child: &mut Child, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if Instant::now() >= deadline => return false,
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// A currently free TCP port on 127.0.0.1 (bound, then released).
+fn free_port() -> Result<u16> {
+    let addr = "127.0.0.1:0";
+    let listener = std::net::TcpListener::bind(addr).ctx("binding", Path::new(addr))?;
+    let port = listener
+        .local_addr()
+        .ctx("binding", Path::new(addr))?
+        .port();
+    Ok(port)
+}
+
+async fn spawn_connection(config: tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// Quotes a libpq conninfo value when needed (`'...'` with `\` escapes).
+fn conninfo_quote(value: &str) -> String {
+    if !value.is_empty()
+        && !value
+            .chars()
+            .any(|c| c.is_whitespace() || c == '\'' || c == '\\')
+    {
+        return value.to_string();
+    }
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// Percent-encodes everything but unreserved URL characters.
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{conninfo_quote, percent_encode};
+
+    #[test]
+    fn quotes_conninfo_values() {
+        assert_eq!(conninfo_quote("/tmp/x"), "/tmp/x");
+        assert_eq!(conninfo_quote("a b"), "'a b'");
+        assert_eq!(conninfo_quote("it's"), r"'it\'s'");
+        assert_eq!(conninfo_quote(""), "''");
+    }
+
+    #[test]
+    fn percent_encodes_db_names() {
+        assert_eq!(percent_encode("db_1"), "db_1");
+        assert_eq!(percent_encode("a b/c"), "a%20b%2Fc");
+    }
+}

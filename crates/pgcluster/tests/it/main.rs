@@ -1,0 +1,10 @@
+//! Integration tests for pgcluster: every test runs real PostgreSQL servers.
+
+mod cleanup;
+mod common;
+mod crash;
+mod discover;
+mod extension;
+mod fetch;
+mod lifecycle;
+mod pause;
