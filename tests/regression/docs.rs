@@ -6,9 +6,17 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// Every script of the extension, concatenated.
+fn all_sql() -> String {
+    pglease::MIGRATIONS
+        .iter()
+        .map(|m| read(&format!("extension/sql/{}", m.file)))
+        .collect()
+}
+
 /// Every `ERRCODE = 'xxxxx'` the SQL raises.
 fn raised_codes() -> Vec<String> {
-    let sql = read("extension/sql/pg_lease--0.1.0.sql");
+    let sql = all_sql();
     let mut codes: Vec<String> = sql
         .split("ERRCODE = '")
         .skip(1)
@@ -52,7 +60,7 @@ fn every_status_and_violation_message_is_documented() {
         );
     }
     // Every DETAIL fragment the SQL can produce, with the argument name generalised.
-    let sql = read("extension/sql/pg_lease--0.1.0.sql");
+    let sql = all_sql();
     for fragment in sql
         .split("name || ' ")
         .skip(1)

@@ -76,7 +76,9 @@ fn pgxs_make_install_puts_the_files_where_postgresql_looks() {
     let ext_dir = staging
         .join(sharedir.trim().trim_start_matches('/'))
         .join("extension");
-    for f in ["pg_lease.control", "pg_lease--0.1.0.sql"] {
+    let files =
+        std::iter::once("pg_lease.control").chain(pglease::MIGRATIONS.iter().map(|m| m.file));
+    for f in files {
         let installed =
             std::fs::read(ext_dir.join(f)).unwrap_or_else(|e| panic!("{f} not installed: {e}"));
         let source = if f.ends_with(".control") {

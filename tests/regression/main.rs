@@ -8,6 +8,7 @@ mod acquire;
 mod blocking;
 mod docs;
 mod extension;
+mod fence;
 mod installer;
 mod invalid_input;
 mod list;
@@ -17,6 +18,8 @@ mod release;
 mod renew;
 mod storage;
 mod transactions;
+mod upgrade;
+mod waiters;
 
 use std::time::SystemTime;
 

@@ -5,9 +5,6 @@ use std::path::PathBuf;
 
 use pgcluster::{Cluster, ClusterBuilder};
 
-/// The extension's control file, embedded from `extension/` (the same file `make install` ships).
-pub const CONTROL: &str = include_str!("../../../extension/pg_lease.control");
-
 /// Writes the embedded extension files into a fresh directory laid out like `extension/`.
 fn extension_dir() -> std::io::Result<(tempfile::TempDir, PathBuf)> {
     let dir = tempfile::Builder::new().prefix("pglease-ext-").tempdir()?;

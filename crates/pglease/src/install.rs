@@ -11,14 +11,44 @@ use tokio_postgres::{Client, GenericClient};
 use crate::calls::{get, one_row};
 use crate::error::{Error, Result};
 
-/// The extension script, `extension/sql/pg_lease--0.1.0.sql`: the very file `CREATE EXTENSION` runs.
+/// One script of the installation chain, embedded from `extension/sql/` (the very files
+/// `CREATE EXTENSION` runs, never copies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// The version this script upgrades from; `None` for the base install script.
+    pub from: Option<&'static str>,
+    /// The version the database is at after this script.
+    pub to: &'static str,
+    /// The script's file name in `extension/sql/` (what `make install` ships).
+    pub file: &'static str,
+    /// The script itself.
+    pub script: &'static str,
+}
+
+/// The chain of scripts from nothing to [`VERSION`], in order: the base script, then each upgrade.
 ///
-/// [`install()`] runs it, transformed as `CREATE EXTENSION` would (see there), in databases whose
-/// server has no extension files.
-pub const SCRIPT: &str = include_str!("../../../extension/sql/pg_lease--0.1.0.sql");
+/// `CREATE EXTENSION pg_lease` walks the same chain (PostgreSQL installs the base version and applies
+/// the upgrade scripts); [`install()`] applies the steps a database does not have yet.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        from: None,
+        to: "0.1.0",
+        file: "pg_lease--0.1.0.sql",
+        script: include_str!("../../../extension/sql/pg_lease--0.1.0.sql"),
+    },
+    Migration {
+        from: Some("0.1.0"),
+        to: "0.2.0",
+        file: "pg_lease--0.1.0--0.2.0.sql",
+        script: include_str!("../../../extension/sql/pg_lease--0.1.0--0.2.0.sql"),
+    },
+];
+
+/// The extension's control file, `extension/pg_lease.control` (for tools that install the files).
+pub const CONTROL: &str = include_str!("../../../extension/pg_lease.control");
 
 /// The version of pg_lease's SQL API that this library speaks and installs.
-pub const VERSION: &str = "0.1.0";
+pub const VERSION: &str = "0.2.0";
 
 /// The key of the transaction-scoped advisory lock (`pg_advisory_xact_lock(bigint)`) that serialises
 /// installers: the bytes `pg_lease` read as a big-endian `i64`.
@@ -165,8 +195,8 @@ pub async fn check_version<C: GenericClient>(client: &C) -> Result<Installed> {
     Ok(found)
 }
 
-/// Installs pg_lease [`VERSION`] by running [`SCRIPT`] itself, for servers without the extension
-/// files; a no-op if it is already installed at that version, by either path.
+/// Installs pg_lease [`VERSION`] by running the [`MIGRATIONS`] chain itself, for servers without the
+/// extension files; a no-op if it is already installed at that version, by either path.
 ///
 /// Runs in one transaction under the advisory lock [`LOCK_KEY`], so concurrent installers
 /// serialise. It finds one of:
@@ -174,8 +204,10 @@ pub async fn check_version<C: GenericClient>(client: &C) -> Result<Installed> {
 /// - `CREATE EXTENSION pg_lease` done: reports it ([`Via::Extension`], whatever its version) and
 ///   changes nothing;
 /// - a script install recorded in `lease.schema_migrations` at [`VERSION`]: changes nothing;
-/// - no schema `lease`, or an empty one: creates the schema if needed, runs the script, creates
-///   `lease.schema_migrations` (no privileges for `PUBLIC`) and records [`VERSION`] in it.
+/// - a script install at an older version of the chain: applies the remaining upgrade scripts;
+/// - no schema `lease`, or an empty one: creates the schema if needed, creates
+///   `lease.schema_migrations` (no privileges for `PUBLIC`), runs every script of the chain and
+///   records each version in it.
 ///
 /// The script is transformed exactly as `CREATE EXTENSION` transforms it, plus one marker: lines
 /// starting with `\echo` are dropped, `@extowner@` becomes the current user (quoted with
@@ -226,37 +258,67 @@ pub async fn install(client: &mut Client) -> Result<Installed> {
                 via: Via::Script,
             });
         }
-        State::Script(version) => return Err(Error::version_mismatch(VERSION, &version)),
+        State::Script(version) => {
+            let Some(pending) = steps_after(Some(&version)) else {
+                return Err(Error::version_mismatch(VERSION, &version));
+            };
+            apply(&tx, pending).await?;
+            tx.commit().await?;
+            return Ok(Installed {
+                version: VERSION.to_owned(),
+                via: Via::Script,
+            });
+        }
         State::Unrecorded => return Err(unrecorded()),
         State::Foreign(objects) => return Err(foreign(objects)),
         State::Absent { schema_exists } => schema_exists,
     };
 
+    if !schema_exists {
+        tx.batch_execute("CREATE SCHEMA lease").await?;
+    }
+    tx.batch_execute(CREATE_MIGRATIONS).await?;
+    apply(&tx, MIGRATIONS).await?;
+    tx.commit().await?;
+    Ok(Installed {
+        version: VERSION.to_owned(),
+        via: Via::Script,
+    })
+}
+
+/// The steps that lead from `version` (`None`: nothing installed) to [`VERSION`], or `None` if the
+/// chain does not pass through `version`.
+fn steps_after(version: Option<&str>) -> Option<&'static [Migration]> {
+    match version {
+        None => Some(MIGRATIONS),
+        Some(v) => MIGRATIONS
+            .iter()
+            .position(|m| m.to == v)
+            .map(|i| &MIGRATIONS[i + 1..]),
+    }
+}
+
+/// Runs `steps` in the installer's transaction, as `CREATE EXTENSION` would, recording each version.
+async fn apply(tx: &tokio_postgres::Transaction<'_>, steps: &[Migration]) -> Result<()> {
     let row = one_row(
         tx.query("SELECT pg_catalog.quote_ident(CURRENT_USER::text)", &[])
             .await?,
         "quote_ident(current_user)",
     )?;
     let extowner: String = get(&row, 0, "quote_ident(current_user)")?;
-    if !schema_exists {
-        tx.batch_execute("CREATE SCHEMA lease").await?;
-    }
     tx.batch_execute(
         "SET LOCAL search_path = lease, pg_temp; SET LOCAL client_min_messages = warning",
     )
     .await?;
-    tx.batch_execute(&transform(SCRIPT, &extowner)).await?;
-    tx.batch_execute(CREATE_MIGRATIONS).await?;
-    tx.execute(
-        "INSERT INTO lease.schema_migrations (version) VALUES ($1)",
-        &[&VERSION],
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(Installed {
-        version: VERSION.to_owned(),
-        via: Via::Script,
-    })
+    for step in steps {
+        tx.batch_execute(&transform(step.script, &extowner)).await?;
+        tx.execute(
+            "INSERT INTO lease.schema_migrations (version) VALUES ($1)",
+            &[&step.to],
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Installs pg_lease [`VERSION`] with `CREATE EXTENSION`, for servers that have the extension files;
@@ -286,12 +348,16 @@ pub async fn create_extension(client: &mut Client) -> Result<Installed> {
     let tx = client.transaction().await?;
     lock(&tx).await?;
     match detect(&tx).await? {
-        State::Extension(version) => {
+        State::Extension(version) if version == VERSION => {
             tx.rollback().await?;
             return Ok(Installed {
                 version,
                 via: Via::Extension,
             });
+        }
+        State::Extension(_) => {
+            tx.batch_execute(&format!("ALTER EXTENSION pg_lease UPDATE TO '{VERSION}'"))
+                .await?;
         }
         State::Script(version) => {
             return Err(Error::install(format!(
@@ -301,8 +367,27 @@ pub async fn create_extension(client: &mut Client) -> Result<Installed> {
         }
         State::Unrecorded => return Err(unrecorded()),
         State::Foreign(objects) => return Err(foreign(objects)),
-        State::Absent { .. } => {}
+        State::Absent { .. } => {
+            create(&tx).await?;
+        }
     }
+    let version = match detect(&tx).await? {
+        State::Extension(version) => version,
+        other => {
+            return Err(Error::protocol(format!(
+                "CREATE EXTENSION pg_lease succeeded, but the database then looks like {other:?}"
+            )));
+        }
+    };
+    tx.commit().await?;
+    Ok(Installed {
+        version,
+        via: Via::Extension,
+    })
+}
+
+/// `CREATE EXTENSION pg_lease VERSION` [`VERSION`], after checking the server has the files.
+async fn create(tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
     let available = tx
         .query(
             "SELECT FROM pg_catalog.pg_available_extension_versions \
@@ -320,19 +405,7 @@ pub async fn create_extension(client: &mut Client) -> Result<Installed> {
         "CREATE EXTENSION IF NOT EXISTS pg_lease VERSION '{VERSION}'"
     ))
     .await?;
-    let version = match detect(&tx).await? {
-        State::Extension(version) => version,
-        other => {
-            return Err(Error::protocol(format!(
-                "CREATE EXTENSION pg_lease succeeded, but the database then looks like {other:?}"
-            )));
-        }
-    };
-    tx.commit().await?;
-    Ok(Installed {
-        version,
-        via: Via::Extension,
-    })
+    Ok(())
 }
 
 /// Takes the installers' advisory lock for the rest of the transaction.
@@ -432,6 +505,8 @@ fn transform(script: &str, extowner: &str) -> String {
 mod tests {
     use super::*;
 
+    const SCRIPT: &str = MIGRATIONS[0].script;
+
     #[test]
     fn transformed_script_has_no_extension_only_parts() {
         let out = transform(SCRIPT, "\"Some Role\"");
@@ -488,12 +563,53 @@ mod tests {
     }
 
     #[test]
-    fn version_matches_the_script_and_the_control_file() {
-        assert!(SCRIPT.contains(&format!("SELECT '{VERSION}'::text")));
-        assert!(SCRIPT.starts_with(&format!("-- pg_lease {VERSION}:")));
-        let control = include_str!("../../../extension/pg_lease.control");
-        assert!(control.contains(&format!("default_version = '{VERSION}'")));
-        assert!(control.contains(&format!("schema = {SCHEMA}")));
+    fn the_chain_is_linear_and_ends_at_the_control_files_version() {
+        assert_eq!(MIGRATIONS[0].from, None);
+        for pair in MIGRATIONS.windows(2) {
+            assert_eq!(
+                pair[1].from,
+                Some(pair[0].to),
+                "each step starts where the last ended"
+            );
+        }
+        let last = MIGRATIONS.last().unwrap();
+        assert_eq!(last.to, VERSION);
+        for m in MIGRATIONS {
+            let expected = match m.from {
+                None => format!("pg_lease--{}.sql", m.to),
+                Some(from) => format!("pg_lease--{from}--{}.sql", m.to),
+            };
+            assert_eq!(m.file, expected);
+            assert!(
+                m.script.contains(&format!("SELECT '{}'::text", m.to)),
+                "{} sets lease.version()",
+                m.file
+            );
+        }
+        assert!(CONTROL.contains(&format!("default_version = '{VERSION}'")));
+        assert!(CONTROL.contains(&format!("schema = {SCHEMA}")));
+    }
+
+    #[test]
+    fn every_script_in_extension_sql_is_in_the_chain() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extension/sql");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".sql"))
+            .collect();
+        on_disk.sort();
+        let mut chained: Vec<String> = MIGRATIONS.iter().map(|m| m.file.to_owned()).collect();
+        chained.sort();
+        assert_eq!(on_disk, chained);
+    }
+
+    #[test]
+    fn steps_after_a_version_are_the_rest_of_the_chain() {
+        assert_eq!(steps_after(None).unwrap().len(), MIGRATIONS.len());
+        assert_eq!(steps_after(Some(VERSION)).unwrap().len(), 0);
+        assert_eq!(steps_after(Some("0.1.0")).unwrap()[0].to, "0.2.0");
+        assert!(steps_after(Some("9.9.9")).is_none());
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //!   sends; they hold no state of their own.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
 //!   puts the SQL API into a database, either with `CREATE EXTENSION` or, on managed PostgreSQL
-//!   without the extension files, by running the extension's own script ([`SCRIPT`]).
+//!   without the extension files, by running the extension's own scripts ([`MIGRATIONS`]).
 //! - **Errors** ([`Error`], [`sqlstate`]): one opaque error type; server errors keep their SQLSTATE,
 //!   and [`sqlstate`] is the single table of the codes pg_lease raises.
 //!
@@ -72,5 +72,6 @@ pub use calls::{
 };
 pub use error::{Error, Result};
 pub use install::{
-    Installed, LOCK_KEY, SCRIPT, VERSION, Via, check_version, create_extension, install, installed,
+    CONTROL, Installed, LOCK_KEY, MIGRATIONS, Migration, VERSION, Via, check_version,
+    create_extension, install, installed,
 };

@@ -1,6 +1,6 @@
 //! The SQLSTATEs that pg_lease's SQL API raises itself: the one table of them.
 //!
-//! A unit test reads every `ERRCODE = '.....'` in the extension script and checks that the set of
+//! A unit test reads every `ERRCODE = '.....'` in the extension scripts and checks that the set of
 //! codes equals [`ALL`], so the SQL and this table cannot drift apart. PostgreSQL's own errors (a
 //! missing privilege, a serialization failure, ...) keep their codes too; see [`crate::Error::code`].
 
@@ -15,6 +15,15 @@ pub const INVALID_INPUT: &str = "22023";
 /// [`crate::Error::is_wait_timeout`].
 pub const WAIT_TIMEOUT: &str = "57014";
 
+/// `LE001`: `lease.fence` — the caller does not hold the key (unknown, free, or another owner's).
+pub const FENCE_NOT_OWNER: &str = "LE001";
+
+/// `LE002`: `lease.fence` — the caller's lease on the key lapsed.
+pub const FENCE_LAPSED: &str = "LE002";
+
+/// `LE003`: `lease.fence` — the caller holds the key, but at another epoch than the one presented.
+pub const FENCE_EPOCH_MISMATCH: &str = "LE003";
+
 /// Every SQLSTATE pg_lease raises, as `(code, PostgreSQL condition name, meaning in pg_lease)`.
 pub const ALL: &[(&str, &str, &str)] = &[
     (
@@ -28,6 +37,22 @@ pub const ALL: &[(&str, &str, &str)] = &[
         "query_canceled",
         "a waiting lease.acquire reached its deadline while another owner held the key; \
          nothing was granted",
+    ),
+    (
+        FENCE_NOT_OWNER,
+        "pg_lease_fence_not_owner",
+        "lease.fence: the caller does not hold the key (unknown, free, or held or last held by \
+         another owner); the guarded transaction must not go on",
+    ),
+    (
+        FENCE_LAPSED,
+        "pg_lease_fence_lapsed",
+        "lease.fence: the caller's lease on the key lapsed; the guarded transaction must not go on",
+    ),
+    (
+        FENCE_EPOCH_MISMATCH,
+        "pg_lease_fence_epoch_mismatch",
+        "lease.fence: the key is the caller's at another epoch; the guarded transaction must not go on",
     ),
 ];
 
@@ -56,7 +81,10 @@ mod tests {
 
     #[test]
     fn sql_and_table_agree_on_the_set_of_codes() {
-        let in_sql: BTreeSet<String> = errcodes(crate::install::SCRIPT).into_iter().collect();
+        let in_sql: BTreeSet<String> = crate::install::MIGRATIONS
+            .iter()
+            .flat_map(|m| errcodes(m.script))
+            .collect();
         let in_table: BTreeSet<String> = ALL.iter().map(|(c, _, _)| (*c).to_owned()).collect();
         assert!(
             !in_sql.is_empty(),

@@ -1,0 +1,295 @@
+-- pg_lease 0.1.0 -> 0.2.0: waiting without polling, and fencing inside the database.
+--
+-- New: lease.register_waiter(key) and the release notification on channel `pg_lease_released`;
+--      lease.fence(key, owner, epoch) with SQLSTATEs LE001 / LE002 / LE003.
+-- Changed: acquire clears the waiter mark on every grant; release notifies when the mark is set.
+-- CREATE EXTENSION pg_lease (default_version 0.2.0) installs 0.1.0 and applies this script; so does
+-- the Rust installer. Contract: docs/SEMANTICS.md §3 and §11.
+
+\echo Use "ALTER EXTENSION pg_lease UPDATE TO '0.2.0'" to load this file. \quit
+
+-- The waiter mark: true once someone registered as waiting for the current grant of the key.
+-- Not indexed, so setting it is a HOT update; every grant resets it.
+ALTER TABLE lease.leases ADD COLUMN waiting boolean NOT NULL DEFAULT false;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.acquire: as in 0.1.0, and a grant clears the waiter mark (waiters of the previous grant
+-- re-register if they lose the race for the key).
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease.acquire(
+    key text, owner text, ttl interval, wait interval DEFAULT interval '0',
+    OUT acquired boolean, OUT epoch bigint, OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, lease, pg_temp
+AS $$
+DECLARE
+    v_deadline timestamptz;
+    v_now timestamptz;
+    v_owner text;
+    v_epoch bigint;
+    v_expires_at timestamptz;
+BEGIN
+    IF acquire.key IS NULL OR acquire.key = '' OR pg_catalog.octet_length(acquire.key) > 1024
+       OR acquire.owner IS NULL OR acquire.owner = '' OR pg_catalog.octet_length(acquire.owner) > 1024
+       OR acquire.ttl IS NULL OR acquire.ttl <= interval '0' OR acquire.ttl > interval '365 days'
+       OR acquire.wait IS NULL OR acquire.wait < interval '0' OR acquire.wait > interval '365 days'
+       OR (CASE WHEN acquire.ttl <= interval '365 days'         -- calendar parts that cancel out
+                THEN pg_catalog.clock_timestamp() + acquire.ttl <= pg_catalog.clock_timestamp() END)
+    THEN
+        PERFORM lease._raise_invalid_input('lease.acquire',
+            lease._text_violations('key', acquire.key, false, false)
+            || lease._text_violations('owner', acquire.owner, false, false)
+            || lease._interval_violations('ttl', acquire.ttl, true)
+            || lease._interval_violations('wait', acquire.wait, false));
+    END IF;
+    IF acquire.wait > interval '0' THEN
+        v_deadline := pg_catalog.clock_timestamp() + acquire.wait;
+    END IF;
+
+    LOOP
+        -- A FREE or LAPSED key: grant it with the next epoch. The row lock taken here is the only one
+        -- acquire ever takes; a concurrent grant makes this UPDATE re-check the row and skip it.
+        UPDATE lease.leases AS l
+           SET owner = acquire.owner,
+               epoch = l.epoch + 1,
+               expires_at = pg_catalog.clock_timestamp() + acquire.ttl,
+               waiting = false
+         WHERE l.key = acquire.key
+           AND (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
+        RETURNING true, l.epoch, l.expires_at
+             INTO acquire.acquired, acquire.epoch, acquire.expires_at;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+
+        -- Not grantable: held (by us or another owner), or no row at all. A plain read, no lock.
+        SELECT l.owner, l.epoch, l.expires_at INTO v_owner, v_epoch, v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = acquire.key;
+
+        IF FOUND THEN
+            v_now := pg_catalog.clock_timestamp();
+            IF v_owner IS NULL OR v_expires_at <= v_now THEN
+                CONTINUE;                    -- freed or lapsed since the UPDATE: try again
+            ELSIF v_owner = acquire.owner THEN
+                acquire.acquired := true;    -- already ours: idempotent, nothing changes
+                acquire.epoch := v_epoch;
+                acquire.expires_at := v_expires_at;
+                RETURN;
+            ELSIF v_deadline IS NULL THEN
+                acquire.acquired := false;   -- held by another owner, no waiting asked for
+                acquire.epoch := NULL;
+                acquire.expires_at := NULL;
+                RETURN;
+            ELSIF v_now >= v_deadline THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = '57014',
+                    MESSAGE = 'lease.acquire: wait bound exceeded for key ' || pg_catalog.quote_literal(acquire.key),
+                    DETAIL  = 'The key is held by another owner until ' || v_expires_at || '.',
+                    HINT    = 'Retry later, or wait longer than the holder''s remaining time.';
+            END IF;
+            -- Sleep to the next poll, but never past the holder's expiry or our deadline.
+            PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch',
+                LEAST(interval '50 milliseconds', v_expires_at - v_now, v_deadline - v_now)));
+            CONTINUE;
+        END IF;
+
+        -- No row: the key is new (or was purged). Create it above the epoch floor. The KEY SHARE lock on
+        -- the sentinel waits out a running purge, so the floor read below includes what it removed.
+        PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
+        INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
+        SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1,
+               pg_catalog.clock_timestamp() + acquire.ttl
+          FROM lease.epoch_floor AS f
+        ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
+        RETURNING true, l.epoch, l.expires_at
+             INTO acquire.acquired, acquire.epoch, acquire.expires_at;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- Another session created the key first: judge its row on the next turn.
+    END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.release: as in 0.1.0, and when a waiter is registered for the released grant, sends
+-- pg_notify('pg_lease_released', key), delivered when the release commits. An uncontended release
+-- sends nothing.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease.release(key text, owner text, epoch bigint, OUT status text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, lease, pg_temp
+AS $$
+DECLARE
+    v_waiting boolean;
+BEGIN
+    IF release.key IS NULL OR release.key = '' OR pg_catalog.octet_length(release.key) > 1024
+       OR release.owner IS NULL OR release.owner = '' OR pg_catalog.octet_length(release.owner) > 1024
+       OR release.epoch IS NULL
+    THEN
+        PERFORM lease._raise_invalid_input('lease.release',
+            lease._text_violations('key', release.key, false, false)
+            || lease._text_violations('owner', release.owner, false, false)
+            || CASE WHEN release.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END);
+    END IF;
+
+    LOOP
+        UPDATE lease.leases AS l
+           SET owner = NULL,
+               epoch = l.epoch + 1,
+               expires_at = pg_catalog.clock_timestamp()
+         WHERE l.key = release.key
+           AND l.owner = release.owner
+           AND l.epoch = release.epoch
+           AND l.expires_at > pg_catalog.clock_timestamp()
+        RETURNING l.waiting INTO v_waiting;
+        IF FOUND THEN
+            IF v_waiting THEN
+                PERFORM pg_catalog.pg_notify('pg_lease_released', release.key);
+            END IF;
+            release.status := 'ok';
+            RETURN;
+        END IF;
+        release.status := lease._refusal(release.key, release.owner, release.epoch);
+        IF release.status <> 'ok' THEN
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.register_waiter(key) -> (held, owner, epoch, expires_at, lapses_in)
+--
+-- For clients that wait without polling. If the key is held, marks it as awaited (so the holder's
+-- release will notify channel `pg_lease_released` with the key as payload) and returns the holder,
+-- its epoch and expiry, and lapses_in = expires_at - now on the server clock: the waiter sleeps until
+-- the notification or until lapses_in has passed, whichever comes first, then tries to acquire.
+-- If the key is not held (FREE, LAPSED or unknown) returns held = false and NULLs: try to acquire now.
+-- LISTEN before calling this, so a release right after it cannot be missed. Takes the row lock only
+-- for the instant of setting the mark (in its own statement); the mark is cleared by the next grant.
+-- 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.register_waiter(
+    key text,
+    OUT held boolean, OUT owner text, OUT epoch bigint, OUT expires_at timestamptz,
+    OUT lapses_in interval)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, lease, pg_temp
+AS $$
+BEGIN
+    IF register_waiter.key IS NULL OR register_waiter.key = ''
+       OR pg_catalog.octet_length(register_waiter.key) > 1024 THEN
+        PERFORM lease._raise_invalid_input('lease.register_waiter',
+            lease._text_violations('key', register_waiter.key, false, false));
+    END IF;
+
+    -- Set the mark if it is not set yet (the first waiter pays one HOT update; later ones only read).
+    UPDATE lease.leases AS l
+       SET waiting = true
+     WHERE l.key = register_waiter.key
+       AND l.owner IS NOT NULL
+       AND l.expires_at > pg_catalog.clock_timestamp()
+       AND NOT l.waiting
+    RETURNING true, l.owner, l.epoch, l.expires_at, l.expires_at - pg_catalog.clock_timestamp()
+         INTO register_waiter.held, register_waiter.owner, register_waiter.epoch,
+              register_waiter.expires_at, register_waiter.lapses_in;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+
+    -- Already marked, or not held. A marked row that is still held needs nothing more.
+    SELECT true, l.owner, l.epoch, l.expires_at, l.expires_at - pg_catalog.clock_timestamp()
+      INTO register_waiter.held, register_waiter.owner, register_waiter.epoch,
+           register_waiter.expires_at, register_waiter.lapses_in
+      FROM lease.leases AS l
+     WHERE l.key = register_waiter.key
+       AND l.owner IS NOT NULL
+       AND l.expires_at > pg_catalog.clock_timestamp()
+       AND l.waiting;
+    IF NOT FOUND THEN
+        -- Not held now (or it changed hands between the two statements): the caller tries to acquire.
+        register_waiter.held := false;
+        register_waiter.owner := NULL;
+        register_waiter.epoch := NULL;
+        register_waiter.expires_at := NULL;
+        register_waiter.lapses_in := NULL;
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.fence(key, owner, epoch) -> timestamptz
+--
+-- Guards writes in the caller's transaction: verifies that `owner` holds `key` at `epoch` now and
+-- locks the key's row (FOR SHARE) until the transaction ends, so no takeover, release or renew of the
+-- key can commit before the guarded writes do; returns the lease's expiry. Otherwise raises, with the
+-- same precedence as renew's statuses: LE001 (not the owner: unknown, FREE, or another owner),
+-- LE002 (the lease lapsed), LE003 (another epoch). Writes that follow a successful fence in the same
+-- transaction are ordered before any later grant of the key. 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.fence(key text, owner text, epoch bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, lease, pg_temp
+AS $$
+DECLARE
+    v_owner text;
+    v_epoch bigint;
+    v_expires_at timestamptz;
+BEGIN
+    IF fence.key IS NULL OR fence.key = '' OR pg_catalog.octet_length(fence.key) > 1024
+       OR fence.owner IS NULL OR fence.owner = '' OR pg_catalog.octet_length(fence.owner) > 1024
+       OR fence.epoch IS NULL
+    THEN
+        PERFORM lease._raise_invalid_input('lease.fence',
+            lease._text_violations('key', fence.key, false, false)
+            || lease._text_violations('owner', fence.owner, false, false)
+            || CASE WHEN fence.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END);
+    END IF;
+
+    -- FOR SHARE conflicts with the row locks of acquire, renew and release (FOR NO KEY UPDATE), and
+    -- lets several guarded transactions of the same holder run at once. If a transition of the row is
+    -- in flight, this waits for it and judges the committed result.
+    SELECT l.owner, l.epoch, l.expires_at INTO v_owner, v_epoch, v_expires_at
+      FROM lease.leases AS l
+     WHERE l.key = fence.key
+       FOR SHARE;
+
+    IF NOT FOUND OR v_owner IS NULL OR v_owner <> fence.owner THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'LE001',
+            MESSAGE = 'lease.fence: ' || pg_catalog.quote_literal(fence.owner) || ' does not hold key '
+                      || pg_catalog.quote_literal(fence.key),
+            HINT    = 'Stop acting on this lease; acquire the key again to get a new epoch.';
+    ELSIF v_expires_at <= pg_catalog.clock_timestamp() THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'LE002',
+            MESSAGE = 'lease.fence: the lease on key ' || pg_catalog.quote_literal(fence.key) || ' lapsed',
+            DETAIL  = 'It expired at ' || v_expires_at || '.',
+            HINT    = 'Stop acting on this lease; acquire the key again to get a new epoch.';
+    ELSIF v_epoch <> fence.epoch THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'LE003',
+            MESSAGE = 'lease.fence: epoch ' || fence.epoch || ' is not the current epoch of key '
+                      || pg_catalog.quote_literal(fence.key),
+            DETAIL  = 'The current epoch is ' || v_epoch || '.',
+            HINT    = 'Stop acting on this lease; acquire the key again to get a new epoch.';
+    END IF;
+    RETURN v_expires_at;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease.version()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, lease, pg_temp
+AS $$ SELECT '0.2.0'::text $$;
