@@ -13,6 +13,21 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\n==> %s\n' "$*"; }
 
+# Debian tools the suites drive for real: PgBouncer (the client's pooler fallback) and tmux (the
+# CLI's terminal test). Installed when missing; as a non-root user, install them yourself.
+need=()
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || need+=(pgbouncer)
+command -v tmux >/dev/null || need+=(tmux)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    say "installing ${need[*]} (Debian packages)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "scripts/test.sh: please install ${need[*]} (e.g. sudo apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 
