@@ -102,7 +102,19 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
         .await
         .unwrap();
     let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    assert_eq!(names, ["acquire", "fence", "inspect", "list", "purge", "register_waiter", "release", "renew"]);
+    assert_eq!(
+        names,
+        [
+            "acquire",
+            "fence",
+            "inspect",
+            "list",
+            "purge",
+            "register_waiter",
+            "release",
+            "renew"
+        ]
+    );
     for r in rows {
         let name: String = r.get(0);
         assert!(r.get::<_, bool>(1), "{name} is SECURITY DEFINER");
