@@ -3,6 +3,11 @@
 -- New: lease.register_waiter(key) and the release notification on channel `pg_lease_released`;
 --      lease.fence(key, owner, epoch) with SQLSTATEs LE001 / LE002 / LE003.
 -- Changed: acquire clears the waiter mark on every grant; release notifies when the mark is set.
+-- Fixed: a call that waited for the key's row lock (held by a fenced or rolled-back transaction)
+--        judged the lease as of the start of its wait, because PostgreSQL computes an UPDATE's new
+--        row before waiting and keeps it when the locker did not change the row. Now acquire counts
+--        the expiry from the end of the wait, and renew/release report `lapsed` (changing nothing)
+--        if the lease lapsed while they waited.
 -- CREATE EXTENSION pg_lease (default_version 0.2.0) installs 0.1.0 and applies this script; so does
 -- the Rust installer. Contract: docs/SEMANTICS.md §3 and §11.
 
@@ -11,6 +16,10 @@
 -- The waiter mark: true once someone registered as waiting for the current grant of the key.
 -- Not indexed, so setting it is a HOT update; every grant resets it.
 ALTER TABLE lease.leases ADD COLUMN waiting boolean NOT NULL DEFAULT false;
+
+-- The expiry before the last renew or release, written in the same update. It lets a renew or
+-- release that waited for the row lock judge the lease as of the end of its wait (see renew).
+ALTER TABLE lease.leases ADD COLUMN prior_expires_at timestamptz;
 
 -- ---------------------------------------------------------------------------------------------------
 -- lease.acquire: as in 0.1.0, and a grant clears the waiter mark (waiters of the previous grant
@@ -27,6 +36,7 @@ AS $$
 DECLARE
     v_deadline timestamptz;
     v_now timestamptz;
+    v_locked_at timestamptz;
     v_owner text;
     v_epoch bigint;
     v_expires_at timestamptz;
@@ -51,16 +61,25 @@ BEGIN
     LOOP
         -- A FREE or LAPSED key: grant it with the next epoch. The row lock taken here is the only one
         -- acquire ever takes; a concurrent grant makes this UPDATE re-check the row and skip it.
+        v_now := pg_catalog.clock_timestamp();
         UPDATE lease.leases AS l
            SET owner = acquire.owner,
                epoch = l.epoch + 1,
-               expires_at = pg_catalog.clock_timestamp() + acquire.ttl,
+               expires_at = v_now + acquire.ttl,
                waiting = false
          WHERE l.key = acquire.key
-           AND (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
-        RETURNING true, l.epoch, l.expires_at
-             INTO acquire.acquired, acquire.epoch, acquire.expires_at;
+           AND (l.owner IS NULL OR l.expires_at <= v_now)
+        RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
+             INTO acquire.acquired, acquire.epoch, acquire.expires_at, v_locked_at;
         IF FOUND THEN
+            IF v_locked_at - v_now > interval '1 millisecond' THEN
+                -- We waited for the row (a locker that changed nothing, or rolled back): the grant
+                -- stands, since a FREE or LAPSED key stays so, but its ttl counts from now.
+                UPDATE lease.leases AS l
+                   SET expires_at = v_locked_at + acquire.ttl
+                 WHERE l.key = acquire.key
+                RETURNING l.expires_at INTO acquire.expires_at;
+            END IF;
             RETURN;
         END IF;
 
@@ -99,14 +118,22 @@ BEGIN
         -- No row: the key is new (or was purged). Create it above the epoch floor. The KEY SHARE lock on
         -- the sentinel waits out a running purge, so the floor read below includes what it removed.
         PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
+        v_now := pg_catalog.clock_timestamp();
         INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
-        SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1,
-               pg_catalog.clock_timestamp() + acquire.ttl
+        SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1, v_now + acquire.ttl
           FROM lease.epoch_floor AS f
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
-        RETURNING true, l.epoch, l.expires_at
-             INTO acquire.acquired, acquire.epoch, acquire.expires_at;
+        RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
+             INTO acquire.acquired, acquire.epoch, acquire.expires_at, v_locked_at;
         IF FOUND THEN
+            IF v_locked_at - v_now > interval '1 millisecond' THEN
+                -- We waited for the row (a locker that changed nothing, or rolled back): the grant
+                -- stands, since a FREE or LAPSED key stays so, but its ttl counts from now.
+                UPDATE lease.leases AS l
+                   SET expires_at = v_locked_at + acquire.ttl
+                 WHERE l.key = acquire.key
+                RETURNING l.expires_at INTO acquire.expires_at;
+            END IF;
             RETURN;
         END IF;
         -- Another session created the key first: judge its row on the next turn.
@@ -115,7 +142,75 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
--- lease.release: as in 0.1.0, and when a waiter is registered for the released grant, sends
+-- lease.renew: as in 0.1.0, judged as of the moment the call holds the key's row. If it had to wait
+-- for the row lock and the lease lapsed meanwhile, it undoes its update and reports `lapsed`.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease.renew(
+    key text, owner text, epoch bigint, ttl interval,
+    OUT status text, OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, lease, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_locked_at timestamptz;
+    v_prior timestamptz;
+BEGIN
+    IF renew.key IS NULL OR renew.key = '' OR pg_catalog.octet_length(renew.key) > 1024
+       OR renew.owner IS NULL OR renew.owner = '' OR pg_catalog.octet_length(renew.owner) > 1024
+       OR renew.epoch IS NULL
+       OR renew.ttl IS NULL OR renew.ttl <= interval '0' OR renew.ttl > interval '365 days'
+       OR (CASE WHEN renew.ttl <= interval '365 days'           -- calendar parts that cancel out
+                THEN pg_catalog.clock_timestamp() + renew.ttl <= pg_catalog.clock_timestamp() END)
+    THEN
+        PERFORM lease._raise_invalid_input('lease.renew',
+            lease._text_violations('key', renew.key, false, false)
+            || lease._text_violations('owner', renew.owner, false, false)
+            || CASE WHEN renew.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
+            || lease._interval_violations('ttl', renew.ttl, true));
+    END IF;
+
+    LOOP
+        v_now := pg_catalog.clock_timestamp();
+        UPDATE lease.leases AS l
+           SET expires_at = v_now + renew.ttl,
+               prior_expires_at = l.expires_at
+         WHERE l.key = renew.key
+           AND l.owner = renew.owner
+           AND l.epoch = renew.epoch
+           AND l.expires_at > v_now
+        RETURNING 'ok', l.expires_at, l.prior_expires_at, pg_catalog.clock_timestamp()
+             INTO renew.status, renew.expires_at, v_prior, v_locked_at;
+        IF FOUND THEN
+            IF v_prior <= v_locked_at THEN
+                -- The lease lapsed while we waited for the row lock: undo, report it.
+                UPDATE lease.leases AS l SET expires_at = v_prior WHERE l.key = renew.key;
+                renew.status := 'lapsed';
+                renew.expires_at := NULL;
+            ELSIF v_locked_at - v_now > interval '1 millisecond' THEN
+                -- We waited, and the lease was still ours: count the ttl from now.
+                UPDATE lease.leases AS l
+                   SET expires_at = v_locked_at + renew.ttl
+                 WHERE l.key = renew.key
+                RETURNING l.expires_at INTO renew.expires_at;
+            END IF;
+            RETURN;
+        END IF;
+        renew.status := lease._refusal(renew.key, renew.owner, renew.epoch);
+        IF renew.status <> 'ok' THEN
+            renew.expires_at := NULL;
+            RETURN;
+        END IF;
+        -- The row changed between the UPDATE and the read (a concurrent commit): judge it again.
+    END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.release: as in 0.1.0 (judged as of the moment the call holds the row, like renew), and when
+-- a waiter is registered for the released grant, sends
 -- pg_notify('pg_lease_released', key), delivered when the release commits. An uncontended release
 -- sends nothing.
 -- ---------------------------------------------------------------------------------------------------
@@ -127,6 +222,9 @@ SET search_path = pg_catalog, lease, pg_temp
 AS $$
 DECLARE
     v_waiting boolean;
+    v_now timestamptz;
+    v_locked_at timestamptz;
+    v_prior timestamptz;
 BEGIN
     IF release.key IS NULL OR release.key = '' OR pg_catalog.octet_length(release.key) > 1024
        OR release.owner IS NULL OR release.owner = '' OR pg_catalog.octet_length(release.owner) > 1024
@@ -139,16 +237,27 @@ BEGIN
     END IF;
 
     LOOP
+        v_now := pg_catalog.clock_timestamp();
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
-               expires_at = pg_catalog.clock_timestamp()
+               expires_at = v_now,
+               prior_expires_at = l.expires_at
          WHERE l.key = release.key
            AND l.owner = release.owner
            AND l.epoch = release.epoch
-           AND l.expires_at > pg_catalog.clock_timestamp()
-        RETURNING l.waiting INTO v_waiting;
+           AND l.expires_at > v_now
+        RETURNING l.waiting, l.prior_expires_at, pg_catalog.clock_timestamp()
+             INTO v_waiting, v_prior, v_locked_at;
         IF FOUND THEN
+            IF v_prior <= v_locked_at THEN
+                -- The lease lapsed while we waited for the row lock: undo, report it.
+                UPDATE lease.leases AS l
+                   SET owner = release.owner, epoch = release.epoch, expires_at = v_prior
+                 WHERE l.key = release.key;
+                release.status := 'lapsed';
+                RETURN;
+            END IF;
             IF v_waiting THEN
                 PERFORM pg_catalog.pg_notify('pg_lease_released', release.key);
             END IF;
@@ -198,7 +307,8 @@ BEGIN
        AND l.owner IS NOT NULL
        AND l.expires_at > pg_catalog.clock_timestamp()
        AND NOT l.waiting
-    RETURNING true, l.owner, l.epoch, l.expires_at, l.expires_at - pg_catalog.clock_timestamp()
+    RETURNING true, l.owner, l.epoch, l.expires_at,
+              GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0')
          INTO register_waiter.held, register_waiter.owner, register_waiter.epoch,
               register_waiter.expires_at, register_waiter.lapses_in;
     IF FOUND THEN

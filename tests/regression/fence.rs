@@ -126,3 +126,52 @@ async fn a_zombie_guarded_write_is_rejected_after_a_takeover() {
         .get(0);
     assert_eq!(n, 0, "the guarded write never happened");
 }
+
+/// A renew or release that waits for the row behind a guarded transaction is judged when it gets
+/// the row: if the lease lapsed meanwhile, it reports `lapsed` and changes nothing (a lapsed epoch
+/// never comes back), even though PostgreSQL computed its update before the wait.
+#[tokio::test]
+async fn renew_and_release_queued_behind_a_fence_report_a_lapse_that_happened_while_they_waited() {
+    let s = server();
+    let observer = s.connect_super("postgres").await;
+    let su = s.connect_super(pglease_tests::SHARED_DB).await;
+    for call in ["renew", "release"] {
+        let (fenced, queued) = (s.app().await, s.app().await);
+        let k = key("queued_behind_fence", call);
+        grant(&fenced, &k, "holder", "400 milliseconds").await;
+        fenced
+            .batch_execute(&format!("BEGIN; SELECT lease.fence('{k}', 'holder', 1);"))
+            .await
+            .unwrap();
+        let queued_pid = backend_pid(&queued).await;
+        let sql = match call {
+            "renew" => format!("SELECT status FROM lease.renew('{k}', 'holder', 1, '1 hour')"),
+            _ => format!("SELECT status FROM lease.release('{k}', 'holder', 1)"),
+        };
+        let waiting = tokio::spawn(async move {
+            queued
+                .query_one(&sql, &[])
+                .await
+                .unwrap()
+                .get::<_, String>(0)
+        });
+        await_backend_waiting(&observer, queued_pid, Wait::Lock, Duration::from_secs(10)).await;
+        crate::wait_until_not_held(&su, &k).await;
+        fenced.batch_execute("COMMIT").await.unwrap();
+        assert_eq!(
+            waiting.await.unwrap(),
+            "lapsed",
+            "{call} after the lease lapsed in the queue"
+        );
+        assert_eq!(
+            inspect(&su, &k).await,
+            Some((false, None, 1, None)),
+            "{call} changed nothing"
+        );
+        assert_eq!(
+            grant(&su, &k, "successor", "1 hour").await,
+            2,
+            "the counter stayed at 1"
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! Failure-model suite: what pg_lease guarantees when the server stops, crashes, pauses or comes
+//! back on another port, when sessions die or hang, when a TTL is too short, around the clock,
+//! purge and DROP EXTENSION, and with pooled connections.
+//!
+//! docs/FAILURE-MODEL.md states the model and numbers its checks F1…Fn; each test's doc comment
+//! names the check it makes, and `docs::every_check_of_the_failure_model_is_a_test` keeps the two
+//! in step. Every test owns a private cluster ([`node::Node`]), so stopping, crashing or freezing
+//! it disturbs nobody else.
+//!
+//! Synchronisation: a test never sleeps to wait for a state the server can show. It polls the
+//! server (`lease.inspect` for expiry by the server clock, `pg_stat_activity` / `pg_locks` for
+//! sessions that are gone, sleeping or blocked, `/proc` for a stopped process). The only plain
+//! waits are for time itself to pass while the server cannot be asked (stopped or frozen; its
+//! clock is this host's clock) and a holder's deliberately slow "work".
+
+mod clock;
+mod docs;
+mod downtime;
+mod durability;
+mod extension;
+mod hangs;
+mod load;
+mod node;
+mod pause;
+mod pooling;
+mod purge;
+mod sessions;
+mod ttl;
+mod waiters;
+
+use std::future::Future;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio_postgres::Client;
+
+/// How long any poll of the server may take before the test fails (generous: the machine is shared).
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// The outcome of `lease.acquire`: (acquired, epoch, expires_at).
+pub type Acquired = (bool, Option<i64>, Option<SystemTime>);
+
+/// `lease.acquire(key, owner, ttl, wait)`, intervals as SQL literals; the server's error, if any.
+pub async fn try_acquire(
+    c: &Client,
+    key: &str,
+    owner: &str,
+    ttl: &str,
+    wait: &str,
+) -> Result<Acquired, tokio_postgres::Error> {
+    let row = c
+        .query_one(
+            "SELECT acquired, epoch, expires_at \
+               FROM lease.acquire($1, $2, $3::text::interval, $4::text::interval)",
+            &[&key, &owner, &ttl, &wait],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1), row.get(2)))
+}
+
+/// `lease.acquire`, which must not fail.
+pub async fn acquire(c: &Client, key: &str, owner: &str, ttl: &str, wait: &str) -> Acquired {
+    try_acquire(c, key, owner, ttl, wait)
+        .await
+        .unwrap_or_else(|e| panic!("lease.acquire({key}, {owner}, {ttl}, {wait}): {e}"))
+}
+
+/// An acquire without waiting that must be granted; returns (epoch, expires_at).
+pub async fn grant(c: &Client, key: &str, owner: &str, ttl: &str) -> (i64, SystemTime) {
+    match acquire(c, key, owner, ttl, "0").await {
+        (true, Some(epoch), Some(expires_at)) => (epoch, expires_at),
+        other => panic!("{owner} should have been granted {key}, got {other:?}"),
+    }
+}
+
+/// `lease.renew`: (status, expires_at).
+pub async fn renew(
+    c: &Client,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+    ttl: &str,
+) -> (String, Option<SystemTime>) {
+    let row = c
+        .query_one(
+            "SELECT status, expires_at FROM lease.renew($1, $2, $3, $4::text::interval)",
+            &[&key, &owner, &epoch, &ttl],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("lease.renew({key}, {owner}, {epoch}, {ttl}): {e}"));
+    (row.get(0), row.get(1))
+}
+
+/// `lease.release`: the status.
+pub async fn release(c: &Client, key: &str, owner: &str, epoch: i64) -> String {
+    c.query_one(
+        "SELECT status FROM lease.release($1, $2, $3)",
+        &[&key, &owner, &epoch],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("lease.release({key}, {owner}, {epoch}): {e}"))
+    .get(0)
+}
+
+/// `lease.inspect` as (held, owner, epoch, expires_at).
+pub type Inspected = (bool, Option<String>, i64, Option<SystemTime>);
+
+/// `lease.inspect(key)`: None for zero rows.
+pub async fn inspect(c: &Client, key: &str) -> Option<Inspected> {
+    let rows = c
+        .query(
+            "SELECT held, owner, epoch, expires_at FROM lease.inspect($1)",
+            &[&key],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("lease.inspect({key}): {e}"));
+    assert!(rows.len() <= 1, "inspect returns at most one row");
+    rows.first()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+}
+
+/// Shorthand for the `inspect` row of a held key.
+pub fn held(owner: &str, epoch: i64, expires_at: SystemTime) -> Option<Inspected> {
+    Some((true, Some(owner.to_owned()), epoch, Some(expires_at)))
+}
+
+/// Shorthand for the `inspect` row of a key that is not held (FREE or LAPSED) with this counter.
+pub fn not_held(counter: i64) -> Option<Inspected> {
+    Some((false, None, counter, None))
+}
+
+/// Polls `inspect` until the server reports `key` as not held: its expiry passed on the server
+/// clock. Works inside an open transaction too (each statement reads the clock anew).
+pub async fn await_lapsed(c: &Client, key: &str) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if !inspect(c, key).await.is_some_and(|(held, ..)| held) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{key} never lapsed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether the server clock has reached `t`.
+pub async fn server_clock_reached(c: &Client, t: SystemTime) -> bool {
+    c.query_one("SELECT clock_timestamp() >= $1", &[&t])
+        .await
+        .expect("read the server clock")
+        .get(0)
+}
+
+/// Polls `pg_stat_activity` until backend `pid` has exited.
+pub async fn await_backend_gone(observer: &Client, pid: i32) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let n: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .expect("read pg_stat_activity")
+            .get(0);
+        if n == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "backend {pid} never exited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The `pg_stat_activity.state` of backend `pid` (`idle`, `idle in transaction`, ...).
+pub async fn backend_state(observer: &Client, pid: i32) -> Option<String> {
+    observer
+        .query_one("SELECT state FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        .await
+        .expect("read pg_stat_activity")
+        .get(0)
+}
+
+/// Polls `/proc` until process `pid` is stopped (state `T`) after a SIGSTOP.
+pub fn await_process_stopped(pid: i32) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+        // Fields after the parenthesised command name: state is the first.
+        let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+        if state == Some("T") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "process {pid} never stopped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Awaits `fut`, failing the test if it takes longer than [`LIMIT`].
+pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {LIMIT:?}"))
+}
+
+/// The SQLSTATE of a failed call.
+pub fn code_of(e: &tokio_postgres::Error) -> String {
+    e.code()
+        .map(|c| c.code().to_owned())
+        .unwrap_or_else(|| panic!("expected a server error, got: {e}"))
+}
+
+/// A small deterministic pseudo-random generator (xorshift64*), seeded per test run and printed,
+/// so a failing load can be replayed.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded from the clock (printed) or from `PGLEASE_FAILURE_SEED`.
+    pub fn from_env(what: &str) -> Rng {
+        let seed = std::env::var("PGLEASE_FAILURE_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .expect("clock after 1970")
+                    .as_nanos() as u64
+            });
+        eprintln!("{what}: PGLEASE_FAILURE_SEED={seed}");
+        Rng::new(seed)
+    }
+
+    /// A generator with this seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
