@@ -8,6 +8,12 @@
 --        row before waiting and keeps it when the locker did not change the row. Now acquire counts
 --        the expiry from the end of the wait, and renew/release report `lapsed` (changing nothing)
 --        if the lease lapsed while they waited.
+-- Changed: ttl, wait and older_than are durations: their length is date_part('epoch', interval)
+--        seconds (1 day = 24 h, 1 month = 30 days, 1 year = 365.25 days), bounded before any
+--        timestamp arithmetic (no overflow from components that cancel out) and added to the clock
+--        as seconds (independent of the session's TimeZone and DST). A call reads the clock once
+--        for its checks. purge skips rows locked by in-flight transactions (it never waits on a row
+--        while holding the epoch-floor lock, so it cannot deadlock with key creation).
 -- CREATE EXTENSION pg_lease (default_version 0.2.0) installs 0.1.0 and applies this script; so does
 -- the Rust installer. Contract: docs/SEMANTICS.md §3 and §11.
 
@@ -31,9 +37,12 @@ CREATE OR REPLACE FUNCTION lease.acquire(
 RETURNS record
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_ttl_s double precision := pg_catalog.date_part('epoch', acquire.ttl);    -- NULL, ±Infinity, or s
+    v_wait_s double precision := pg_catalog.date_part('epoch', acquire.wait);
+    v_ttl interval;
     v_deadline timestamptz;
     v_now timestamptz;
     v_locked_at timestamptz;
@@ -43,10 +52,8 @@ DECLARE
 BEGIN
     IF acquire.key IS NULL OR acquire.key = '' OR pg_catalog.octet_length(acquire.key) > 1024
        OR acquire.owner IS NULL OR acquire.owner = '' OR pg_catalog.octet_length(acquire.owner) > 1024
-       OR acquire.ttl IS NULL OR acquire.ttl <= interval '0' OR acquire.ttl > interval '365 days'
-       OR acquire.wait IS NULL OR acquire.wait < interval '0' OR acquire.wait > interval '365 days'
-       OR (CASE WHEN acquire.ttl <= interval '365 days'         -- calendar parts that cancel out
-                THEN pg_catalog.clock_timestamp() + acquire.ttl <= pg_catalog.clock_timestamp() END)
+       OR v_ttl_s IS NULL OR NOT (v_ttl_s > 0 AND v_ttl_s <= 31536000)           -- (0, 365 days]
+       OR v_wait_s IS NULL OR NOT (v_wait_s >= 0 AND v_wait_s <= 31536000)       -- [0, 365 days]
     THEN
         PERFORM lease._raise_invalid_input('lease.acquire',
             lease._text_violations('key', acquire.key, false, false)
@@ -54,8 +61,9 @@ BEGIN
             || lease._interval_violations('ttl', acquire.ttl, true)
             || lease._interval_violations('wait', acquire.wait, false));
     END IF;
-    IF acquire.wait > interval '0' THEN
-        v_deadline := pg_catalog.clock_timestamp() + acquire.wait;
+    v_ttl := v_ttl_s * interval '1 second';
+    IF v_wait_s > 0 THEN
+        v_deadline := pg_catalog.clock_timestamp() + v_wait_s * interval '1 second';
     END IF;
 
     LOOP
@@ -65,7 +73,7 @@ BEGIN
         UPDATE lease.leases AS l
            SET owner = acquire.owner,
                epoch = l.epoch + 1,
-               expires_at = v_now + acquire.ttl,
+               expires_at = v_now + v_ttl,
                waiting = false
          WHERE l.key = acquire.key
            AND (l.owner IS NULL OR l.expires_at <= v_now)
@@ -76,7 +84,7 @@ BEGIN
                 -- We waited for the row (a locker that changed nothing, or rolled back): the grant
                 -- stands, since a FREE or LAPSED key stays so, but its ttl counts from now.
                 UPDATE lease.leases AS l
-                   SET expires_at = v_locked_at + acquire.ttl
+                   SET expires_at = v_locked_at + v_ttl
                  WHERE l.key = acquire.key
                 RETURNING l.expires_at INTO acquire.expires_at;
             END IF;
@@ -120,7 +128,7 @@ BEGIN
         PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
         v_now := pg_catalog.clock_timestamp();
         INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
-        SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1, v_now + acquire.ttl
+        SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1, v_now + v_ttl
           FROM lease.epoch_floor AS f
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
         RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
@@ -130,7 +138,7 @@ BEGIN
                 -- We waited for the row (a locker that changed nothing, or rolled back): the grant
                 -- stands, since a FREE or LAPSED key stays so, but its ttl counts from now.
                 UPDATE lease.leases AS l
-                   SET expires_at = v_locked_at + acquire.ttl
+                   SET expires_at = v_locked_at + v_ttl
                  WHERE l.key = acquire.key
                 RETURNING l.expires_at INTO acquire.expires_at;
             END IF;
@@ -151,9 +159,11 @@ CREATE OR REPLACE FUNCTION lease.renew(
 RETURNS record
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_ttl_s double precision := pg_catalog.date_part('epoch', renew.ttl);      -- NULL, ±Infinity, or s
+    v_ttl interval;
     v_now timestamptz;
     v_locked_at timestamptz;
     v_prior timestamptz;
@@ -161,9 +171,7 @@ BEGIN
     IF renew.key IS NULL OR renew.key = '' OR pg_catalog.octet_length(renew.key) > 1024
        OR renew.owner IS NULL OR renew.owner = '' OR pg_catalog.octet_length(renew.owner) > 1024
        OR renew.epoch IS NULL
-       OR renew.ttl IS NULL OR renew.ttl <= interval '0' OR renew.ttl > interval '365 days'
-       OR (CASE WHEN renew.ttl <= interval '365 days'           -- calendar parts that cancel out
-                THEN pg_catalog.clock_timestamp() + renew.ttl <= pg_catalog.clock_timestamp() END)
+       OR v_ttl_s IS NULL OR NOT (v_ttl_s > 0 AND v_ttl_s <= 31536000)           -- (0, 365 days]
     THEN
         PERFORM lease._raise_invalid_input('lease.renew',
             lease._text_violations('key', renew.key, false, false)
@@ -171,11 +179,12 @@ BEGIN
             || CASE WHEN renew.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
             || lease._interval_violations('ttl', renew.ttl, true));
     END IF;
+    v_ttl := v_ttl_s * interval '1 second';
 
     LOOP
         v_now := pg_catalog.clock_timestamp();
         UPDATE lease.leases AS l
-           SET expires_at = v_now + renew.ttl,
+           SET expires_at = v_now + v_ttl,
                prior_expires_at = l.expires_at
          WHERE l.key = renew.key
            AND l.owner = renew.owner
@@ -192,7 +201,7 @@ BEGIN
             ELSIF v_locked_at - v_now > interval '1 millisecond' THEN
                 -- We waited, and the lease was still ours: count the ttl from now.
                 UPDATE lease.leases AS l
-                   SET expires_at = v_locked_at + renew.ttl
+                   SET expires_at = v_locked_at + v_ttl
                  WHERE l.key = renew.key
                 RETURNING l.expires_at INTO renew.expires_at;
             END IF;
@@ -218,7 +227,7 @@ CREATE OR REPLACE FUNCTION lease.release(key text, owner text, epoch bigint, OUT
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_waiting boolean;
@@ -291,7 +300,7 @@ CREATE FUNCTION lease.register_waiter(
 RETURNS record
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF register_waiter.key IS NULL OR register_waiter.key = ''
@@ -349,7 +358,7 @@ CREATE FUNCTION lease.fence(key text, owner text, epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_owner text;
@@ -398,8 +407,85 @@ BEGIN
 END
 $$;
 
+-- ---------------------------------------------------------------------------------------------------
+-- Violations of a duration argument (error paths only). A duration's length is
+-- date_part('epoch', value) seconds, as the public functions judge it. positive: ttl (> 0);
+-- otherwise wait/older_than (>= 0). All are at most 365 days.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease._interval_violations(name text, value interval, positive boolean)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_s double precision := pg_catalog.date_part('epoch', value);
+BEGIN
+    IF value IS NULL THEN
+        RETURN ARRAY[name || ' must not be NULL'];
+    ELSIF NOT pg_catalog.isfinite(value) THEN
+        RETURN ARRAY[name || ' must be finite'];            -- infinite intervals exist since PostgreSQL 17
+    ELSIF v_s > 31536000 THEN
+        RETURN ARRAY[name || ' must be at most 365 days'];
+    ELSIF positive AND v_s <= 0 THEN
+        RETURN ARRAY[name || ' must be positive'];
+    ELSIF NOT positive AND v_s < 0 THEN
+        RETURN ARRAY[name || ' must not be negative'];
+    END IF;
+    RETURN '{}';
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.purge: as in 0.1.0, with older_than a duration, and skipping rows that an in-flight
+-- transaction has locked (their state is about to change; the next purge judges them). purge never
+-- waits on a lease row while it holds the epoch-floor lock, so it cannot deadlock with a transaction
+-- that both holds a lease row and creates a new key.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease.purge(older_than interval)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_older_s double precision := pg_catalog.date_part('epoch', purge.older_than);
+    v_purged bigint;
+    v_max_epoch bigint;
+    v_floor bigint;
+BEGIN
+    IF v_older_s IS NULL OR NOT (v_older_s >= 0 AND v_older_s <= 31536000) THEN
+        PERFORM lease._raise_invalid_input('lease.purge',
+            lease._interval_violations('older_than', purge.older_than, false));
+    END IF;
+
+    -- Excludes key creation (FOR KEY SHARE on the sentinel) and other purges until we commit.
+    PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR UPDATE;
+
+    WITH idle AS (
+        SELECT l.key
+          FROM lease.leases AS l
+         WHERE (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
+           AND l.expires_at < pg_catalog.clock_timestamp() - v_older_s * interval '1 second'
+           FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM lease.leases AS l
+         USING idle
+         WHERE l.key = idle.key
+        RETURNING l.epoch
+    )
+    SELECT pg_catalog.count(*), pg_catalog.max(gone.epoch) INTO v_purged, v_max_epoch FROM gone;
+
+    SELECT pg_catalog.max(f.floor) INTO v_floor FROM lease.epoch_floor AS f;
+    IF v_max_epoch > v_floor THEN
+        DELETE FROM lease.epoch_floor AS f WHERE NOT f.sentinel;
+        INSERT INTO lease.epoch_floor (floor, sentinel) VALUES (v_max_epoch, false);
+    END IF;
+    RETURN v_purged;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT '0.2.0'::text $$;

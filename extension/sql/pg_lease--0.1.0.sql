@@ -6,6 +6,11 @@
 -- it; nothing runs in the background. Every call is one atomic statement that commits or rolls back
 -- with the caller's transaction. Epochs never go back for a key, not even across lease.purge().
 --
+-- Every function pins `search_path = pg_catalog, pg_temp` and names every pg_lease object with its
+-- schema: schema `lease` belongs to the role that ran CREATE EXTENSION (a trusted extension), while
+-- the SECURITY DEFINER functions run as the bootstrap superuser, so they must never look up a name in
+-- a schema another role can create objects in.
+--
 -- This file is installed by CREATE EXTENSION and, by the Rust installer, into databases that have no
 -- extension files. For the latter, the installer drops the `\echo` line and every statement that
 -- follows a `-- pglease:extension-only` marker line, and substitutes @extowner@.
@@ -74,7 +79,7 @@ REVOKE ALL ON TABLE lease.epoch_floor FROM PUBLIC;
 CREATE FUNCTION lease._text_violations(name text, value text, may_be_null boolean, may_be_empty boolean)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT pg_catalog.array_remove(ARRAY[
         CASE WHEN value IS NULL AND NOT may_be_null
@@ -93,7 +98,7 @@ $$;
 CREATE FUNCTION lease._interval_violations(name text, value interval, positive boolean)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pg_catalog.clock_timestamp();
@@ -117,7 +122,7 @@ $$;
 CREATE FUNCTION lease._raise_invalid_input(fn text, violations text[])
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION USING
@@ -135,7 +140,7 @@ $$;
 CREATE FUNCTION lease._refusal(key text, owner text, epoch bigint)
 RETURNS text
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_owner text;
@@ -177,7 +182,7 @@ CREATE FUNCTION lease.acquire(
 RETURNS record
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_deadline timestamptz;
@@ -282,7 +287,7 @@ CREATE FUNCTION lease.renew(
 RETURNS record
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF renew.key IS NULL OR renew.key = '' OR pg_catalog.octet_length(renew.key) > 1024
@@ -331,7 +336,7 @@ CREATE FUNCTION lease.release(key text, owner text, epoch bigint, OUT status tex
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF release.key IS NULL OR release.key = '' OR pg_catalog.octet_length(release.key) > 1024
@@ -376,7 +381,7 @@ CREATE FUNCTION lease.inspect(key text)
 RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 ROWS 1
 AS $$
 BEGIN
@@ -406,7 +411,7 @@ CREATE FUNCTION lease.list(prefix text DEFAULT NULL)
 RETURNS TABLE (key text, held boolean, owner text, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF pg_catalog.octet_length(list.prefix) > 1024 THEN
@@ -444,7 +449,7 @@ CREATE FUNCTION lease.purge(older_than interval)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_purged bigint;
@@ -487,7 +492,7 @@ GRANT EXECUTE ON FUNCTION lease.purge(interval) TO @extowner@ WITH GRANT OPTION;
 CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, lease, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT '0.1.0'::text $$;
 
 GRANT USAGE ON SCHEMA lease TO PUBLIC;

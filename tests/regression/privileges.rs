@@ -121,7 +121,7 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
         let config: Vec<String> = r.get(2);
         assert_eq!(
             config,
-            vec!["search_path=pg_catalog, lease, pg_temp".to_string()],
+            vec!["search_path=pg_catalog, pg_temp".to_string()],
             "{name}"
         );
     }

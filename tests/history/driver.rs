@@ -1,0 +1,915 @@
+//! The randomized workload: concurrent clients (each its own connection as `app`) call the API on a
+//! few hot keys, some calls inside explicit transactions that commit or roll back, while an admin
+//! connection purges now and then and a superuser connection terminates random clients' backends.
+//! Every call is recorded as an [`Op`] for the checker.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pglease_tests::{ADMIN, APP, server};
+use tokio_postgres::{Client, NoTls, Statement};
+
+use crate::checker::Violation;
+use crate::model::{Call, Commit, Micros, Op, Outcome, View};
+use crate::rng::Rng;
+
+/// Shape of a run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub seed: u64,
+    pub duration: Duration,
+    pub clients: usize,
+    pub keys: usize,
+    pub owners: usize,
+}
+
+/// How an explicit transaction ended, as its client saw it.
+#[derive(Debug, Clone)]
+pub struct TxRecord {
+    pub id: usize,
+    pub client: usize,
+    pub xid: String,
+    pub ops: Vec<usize>,
+    pub end: Commit,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Default)]
+pub struct Run {
+    pub ops: Vec<Op>,
+    pub txs: Vec<TxRecord>,
+    pub kills: usize,
+    /// SQLSTATEs nobody should ever see in this workload (with the op), and other harness failures.
+    pub unexpected: Vec<String>,
+    /// Transactions whose server-side status contradicts what their client saw (I7).
+    pub tx_violations: Vec<Violation>,
+    /// Transactions whose COMMIT outcome was unknown and that the server resolved.
+    pub resolved: usize,
+    /// The first server time seen (for relative timestamps in reports).
+    pub base: Micros,
+}
+
+/// The purger's client number in the history.
+pub const PURGER: usize = usize::MAX;
+
+const SRC: &str = "(SELECT clock_timestamp() AS t0 OFFSET 0) AS s";
+// Each statement reads the server clock before the call (t0, in a subquery the call depends on) and
+// after it (t1, in the select list), so the call's own clock readings lie within [t0, t1].
+// `|| left(s.t0::text, 0)` appends nothing; it only makes the call depend on t0.
+fn sql_acquire() -> String {
+    format!(
+        "SELECT s.t0, a.acquired, a.epoch, a.expires_at, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.acquire($1::text || left(s.t0::text, 0), $2::text, \
+         $3::text::interval, $4::text::interval) AS a"
+    )
+}
+fn sql_renew() -> String {
+    format!(
+        "SELECT s.t0, r.status, r.expires_at, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.renew($1::text || left(s.t0::text, 0), $2::text, $3::bigint, \
+         $4::text::interval) AS r"
+    )
+}
+fn sql_release() -> String {
+    format!(
+        "SELECT s.t0, r.status, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.release($1::text || left(s.t0::text, 0), $2::text, $3::bigint) \
+         AS r(status)"
+    )
+}
+fn sql_fence() -> String {
+    format!(
+        "SELECT s.t0, f.x, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.fence($1::text || left(s.t0::text, 0), $2::text, $3::bigint) AS f(x)"
+    )
+}
+fn sql_inspect() -> String {
+    format!(
+        "SELECT s.t0, i.held, i.owner, i.epoch, i.expires_at, clock_timestamp() FROM {SRC} \
+         LEFT JOIN LATERAL lease.inspect($1::text || left(s.t0::text, 0)) AS i ON true"
+    )
+}
+fn sql_register() -> String {
+    format!(
+        "SELECT s.t0, w.held, w.owner, w.epoch, w.expires_at, w.expires_at - w.lapses_in, \
+         clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.register_waiter($1::text || left(s.t0::text, 0)) AS w"
+    )
+}
+fn sql_purge() -> String {
+    format!(
+        "SELECT s.t0, p.n, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.purge(($1::text || left(s.t0::text, 0))::interval) AS p(n)"
+    )
+}
+const SQL_GUARD: &str =
+    "INSERT INTO public.guarded_writes (key, owner, epoch) VALUES ($1::text, $2::text, $3::bigint)";
+
+/// Server time in microseconds.
+pub fn us(t: SystemTime) -> Micros {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_micros() as Micros,
+        Err(e) => -(e.duration().as_micros() as Micros),
+    }
+}
+
+fn ms(n: i64) -> Duration {
+    Duration::from_millis(n.max(0) as u64)
+}
+
+fn interval(ms: i64) -> String {
+    format!("{ms} milliseconds")
+}
+
+/// A failed statement: a server error that ended the statement (the session lives on), or a lost
+/// connection (the statement's fate is unknown).
+enum Fail {
+    Sql(String),
+    Conn,
+}
+
+fn classify(e: &tokio_postgres::Error) -> Fail {
+    match e.code().map(|c| c.code()) {
+        // admin_shutdown (pg_terminate_backend), crash_shutdown, cannot_connect_now, class 08.
+        Some(c) if !matches!(c, "57P01" | "57P02" | "57P03") && !c.starts_with("08") => {
+            Fail::Sql(c.to_string())
+        }
+        _ => Fail::Conn,
+    }
+}
+
+struct Ctx {
+    db: String,
+    start: Instant,
+    deadline: Instant,
+    ops: Mutex<Vec<Op>>,
+    txs: Mutex<Vec<TxRecord>>,
+    pids: Vec<AtomicI32>,
+    hints: Mutex<HashMap<(String, String), i64>>,
+    unexpected: Mutex<Vec<String>>,
+    next_tx: AtomicUsize,
+    kills: AtomicUsize,
+    owners: usize,
+    keys: usize,
+}
+
+impl Ctx {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn running(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    fn push(&self, mut op: Op) -> usize {
+        let mut ops = self.ops.lock().unwrap();
+        let id = ops.len();
+        op.id = id;
+        ops.push(op);
+        id
+    }
+
+    fn set_commit(
+        &self,
+        ids: &[usize],
+        commit: Commit,
+        visible_at: Option<u64>,
+        pre: Option<Micros>,
+        sent: Option<u64>,
+    ) {
+        let mut ops = self.ops.lock().unwrap();
+        for &id in ids {
+            ops[id].commit = commit;
+            ops[id].visible_at = visible_at;
+            if let Outcome::Fenced {
+                pre_commit,
+                commit_sent,
+                ..
+            } = &mut ops[id].outcome
+            {
+                *pre_commit = pre;
+                *commit_sent = sent;
+            }
+        }
+    }
+
+    fn unexpected(&self, what: String) {
+        self.unexpected.lock().unwrap().push(what);
+    }
+
+    fn hint(&self, key: &str, owner: &str, epoch: i64) {
+        self.hints
+            .lock()
+            .unwrap()
+            .insert((key.to_string(), owner.to_string()), epoch);
+    }
+
+    fn hinted(&self, key: &str, owner: &str) -> Option<i64> {
+        self.hints
+            .lock()
+            .unwrap()
+            .get(&(key.to_string(), owner.to_string()))
+            .copied()
+    }
+}
+
+/// A client's connection with its prepared statements and the last server time it saw.
+struct Conn {
+    client: Client,
+    st: HashMap<&'static str, Statement>,
+    last: Micros,
+}
+
+impl Conn {
+    async fn open(ctx: &Ctx, me: usize, role: &str) -> Conn {
+        let conninfo = server().conninfo(&ctx.db, role);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            assert!(attempts < 200, "client {me} could not reconnect");
+            let Ok((client, connection)) = tokio_postgres::connect(&conninfo, NoTls).await else {
+                tokio::time::sleep(ms(10)).await;
+                continue;
+            };
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            let Ok(row) = client
+                .query_one("SELECT pg_backend_pid(), clock_timestamp()", &[])
+                .await
+            else {
+                continue;
+            };
+            let mut st = HashMap::new();
+            let mut ok = true;
+            for (name, sql) in [
+                ("acquire", sql_acquire()),
+                ("renew", sql_renew()),
+                ("release", sql_release()),
+                ("fence", sql_fence()),
+                ("inspect", sql_inspect()),
+                ("register", sql_register()),
+                ("purge", sql_purge()),
+            ] {
+                if name == "purge" && role != ADMIN {
+                    continue;
+                }
+                match client.prepare(&sql).await {
+                    Ok(s) => {
+                        st.insert(name, s);
+                    }
+                    Err(e) => {
+                        if let Fail::Sql(code) = classify(&e) {
+                            panic!("prepare {name}: {code}: {e}");
+                        }
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if !ok {
+                continue;
+            }
+            if me < ctx.pids.len() {
+                ctx.pids[me].store(row.get(0), Ordering::SeqCst);
+            }
+            return Conn {
+                client,
+                st,
+                last: us(row.get(1)),
+            };
+        }
+    }
+
+    /// Runs one call; returns its outcome and the [t0, t1] bracket.
+    async fn call(&mut self, call: &Call) -> Result<(Outcome, Micros, Micros), Fail> {
+        let c = &self.client;
+        let res = match call {
+            Call::Acquire {
+                key,
+                owner,
+                ttl_ms,
+                wait_ms,
+            } => c
+                .query_one(
+                    &self.st["acquire"],
+                    &[key, owner, &interval(*ttl_ms), &interval(*wait_ms)],
+                )
+                .await
+                .map(|r| {
+                    let out = Outcome::Acquired {
+                        acquired: r.get(1),
+                        epoch: r.get(2),
+                        expires_at: r.get::<_, Option<SystemTime>>(3).map(us),
+                    };
+                    (out, us(r.get(0)), us(r.get(4)))
+                }),
+            Call::Renew {
+                key,
+                owner,
+                epoch,
+                ttl_ms,
+            } => c
+                .query_one(&self.st["renew"], &[key, owner, epoch, &interval(*ttl_ms)])
+                .await
+                .map(|r| {
+                    let out = Outcome::Renewed {
+                        status: r.get(1),
+                        expires_at: r.get::<_, Option<SystemTime>>(2).map(us),
+                    };
+                    (out, us(r.get(0)), us(r.get(3)))
+                }),
+            Call::Release { key, owner, epoch } => c
+                .query_one(&self.st["release"], &[key, owner, epoch])
+                .await
+                .map(|r| {
+                    let out = Outcome::Released { status: r.get(1) };
+                    (out, us(r.get(0)), us(r.get(2)))
+                }),
+            Call::Fence { key, owner, epoch } => c
+                .query_one(&self.st["fence"], &[key, owner, epoch])
+                .await
+                .map(|r| {
+                    let out = Outcome::Fenced {
+                        expires_at: us(r.get(1)),
+                        pre_commit: None,
+                        commit_sent: None,
+                    };
+                    (out, us(r.get(0)), us(r.get(2)))
+                }),
+            Call::Inspect { key } => c.query(&self.st["inspect"], &[key]).await.map(|rows| {
+                assert_eq!(rows.len(), 1, "inspect through a LEFT JOIN gives one row");
+                let r = &rows[0];
+                let held: Option<bool> = r.get(1);
+                let view = held.map(|held| View {
+                    held,
+                    owner: r.get(2),
+                    epoch: r.get(3),
+                    expires_at: r.get::<_, Option<SystemTime>>(4).map(us),
+                    now: None,
+                });
+                (Outcome::Inspected(view), us(r.get(0)), us(r.get(5)))
+            }),
+            Call::RegisterWaiter { key } => {
+                c.query_one(&self.st["register"], &[key]).await.map(|r| {
+                    let view = View {
+                        held: r.get(1),
+                        owner: r.get(2),
+                        epoch: r.get(3),
+                        expires_at: r.get::<_, Option<SystemTime>>(4).map(us),
+                        now: r.get::<_, Option<SystemTime>>(5).map(us),
+                    };
+                    (Outcome::Registered(view), us(r.get(0)), us(r.get(6)))
+                })
+            }
+            Call::Purge { older_than_ms } => c
+                .query_one(&self.st["purge"], &[&interval(*older_than_ms)])
+                .await
+                .map(|r| (Outcome::Purged(r.get(1)), us(r.get(0)), us(r.get(2)))),
+        };
+        match res {
+            Ok(ok) => {
+                self.last = ok.2;
+                Ok(ok)
+            }
+            Err(e) => Err(classify(&e)),
+        }
+    }
+}
+
+fn pick_key(rng: &mut Rng, keys: usize) -> String {
+    format!("k{}", rng.below(keys as u64))
+}
+
+fn pick_owner(rng: &mut Rng, me: usize, owners: usize) -> String {
+    if rng.chance(65) {
+        format!("o{}", me % owners)
+    } else {
+        format!("o{}", rng.below(owners as u64))
+    }
+}
+
+fn pick_ttl(rng: &mut Rng) -> i64 {
+    if rng.chance(20) {
+        rng.range(15, 40)
+    } else {
+        rng.range(40, 300)
+    }
+}
+
+/// Per-client memory of the leases it was granted (so renew/release/fence often present a current
+/// epoch) and its random stream.
+struct Worker {
+    me: usize,
+    rng: Rng,
+    mine: Vec<(String, String, i64)>,
+}
+
+impl Worker {
+    /// (key, owner, epoch) for renew/release/fence: mostly one of its own grants, sometimes a
+    /// perturbed or guessed epoch.
+    fn target(&mut self, ctx: &Ctx) -> (String, String, i64) {
+        let (key, owner, epoch) = if !self.mine.is_empty() && self.rng.chance(75) {
+            let i = self.rng.below(self.mine.len() as u64) as usize;
+            self.mine[i].clone()
+        } else {
+            let key = pick_key(&mut self.rng, ctx.keys);
+            let owner = pick_owner(&mut self.rng, self.me, ctx.owners);
+            let e = ctx
+                .hinted(&key, &owner)
+                .unwrap_or_else(|| self.rng.range(1, 6));
+            (key, owner, e)
+        };
+        let epoch = match self.rng.below(20) {
+            0 => epoch - 1,
+            1 => epoch + 1,
+            2 => self.rng.range(0, epoch + 2),
+            _ => epoch,
+        };
+        (key, owner, epoch)
+    }
+
+    fn remember(&mut self, key: &str, owner: &str, epoch: i64) {
+        self.mine.retain(|(k, o, _)| !(k == key && o == owner));
+        self.mine.push((key.to_string(), owner.to_string(), epoch));
+        if self.mine.len() > 4 {
+            self.mine.remove(0);
+        }
+    }
+
+    fn learn(&mut self, ctx: &Ctx, call: &Call, out: &Outcome) {
+        match (call, out) {
+            (
+                Call::Acquire { key, owner, .. },
+                Outcome::Acquired {
+                    acquired: true,
+                    epoch: Some(e),
+                    ..
+                },
+            ) => {
+                ctx.hint(key, owner, *e);
+                self.remember(key, owner, *e);
+            }
+            (Call::Inspect { key }, Outcome::Inspected(Some(v)))
+            | (Call::RegisterWaiter { key }, Outcome::Registered(v)) => {
+                if let (true, Some(o), Some(e)) = (v.held, &v.owner, v.epoch) {
+                    ctx.hint(key, o, e);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn expected_sqlstate(call: &Call, code: &str) -> bool {
+    match call {
+        Call::Acquire { wait_ms, .. } => (code == "57014" && *wait_ms > 0) || code == "40P01",
+        Call::Fence { .. } => matches!(code, "LE001" | "LE002" | "LE003" | "40P01"),
+        Call::Renew { .. } | Call::Release { .. } | Call::RegisterWaiter { .. } => code == "40P01",
+        _ => false,
+    }
+}
+
+/// One call in autocommit mode. Returns false if the connection was lost.
+async fn single(ctx: &Ctx, cl: &mut Worker, conn: &mut Conn) -> bool {
+    let call = {
+        let rng = &mut cl.rng;
+        match rng.below(100) {
+            0..35 => Call::Acquire {
+                key: pick_key(rng, ctx.keys),
+                owner: pick_owner(rng, cl.me, ctx.owners),
+                ttl_ms: pick_ttl(rng),
+                wait_ms: if rng.chance(75) {
+                    0
+                } else {
+                    rng.range(10, 150)
+                },
+            },
+            35..60 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Renew {
+                    key,
+                    owner,
+                    epoch,
+                    ttl_ms: pick_ttl(&mut cl.rng),
+                }
+            }
+            60..72 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Release { key, owner, epoch }
+            }
+            72..92 => Call::Inspect {
+                key: pick_key(rng, ctx.keys),
+            },
+            _ => Call::RegisterWaiter {
+                key: pick_key(rng, ctx.keys),
+            },
+        }
+    };
+    let lo = conn.last;
+    let sent = ctx.now();
+    let res = conn.call(&call).await;
+    let done = ctx.now();
+    let mut op = Op {
+        id: 0,
+        client: cl.me,
+        tx: None,
+        call,
+        outcome: Outcome::Lost,
+        t0: None,
+        t1: None,
+        lo,
+        sent,
+        done,
+        commit: Commit::Committed,
+        visible_at: Some(done),
+    };
+    let alive = match res {
+        Ok((out, t0, t1)) => {
+            cl.learn(ctx, &op.call, &out);
+            op.outcome = out;
+            op.t0 = Some(t0);
+            op.t1 = Some(t1);
+            op.lo = t0;
+            true
+        }
+        Err(Fail::Sql(code)) => {
+            if !expected_sqlstate(&op.call, &code) {
+                ctx.unexpected(format!("{:?} failed with {code}", op.call));
+            }
+            op.outcome = Outcome::Failed(code);
+            op.commit = Commit::NotCommitted;
+            op.visible_at = None;
+            true
+        }
+        Err(Fail::Conn) => {
+            op.commit = if op.call.writes() {
+                Commit::Ambiguous
+            } else {
+                Commit::NotCommitted
+            };
+            op.visible_at = None;
+            false
+        }
+    };
+    ctx.push(op);
+    alive
+}
+
+/// An explicit transaction of 1–3 calls, then COMMIT or ROLLBACK. Returns false if the connection
+/// was lost.
+async fn transaction(ctx: &Ctx, cl: &mut Worker, conn: &mut Conn) -> bool {
+    if conn.client.batch_execute("BEGIN").await.is_err() {
+        return false;
+    }
+    let xid: String = match conn
+        .client
+        .query_one("SELECT pg_current_xact_id()::text", &[])
+        .await
+    {
+        Ok(r) => r.get(0),
+        Err(_) => return false, // the transaction never got anywhere: nothing to record
+    };
+    let tx = ctx.next_tx.fetch_add(1, Ordering::Relaxed);
+    let mut ids = Vec::new();
+    let n = cl.rng.range(1, 3);
+    let mut end: Option<Commit> = None; // Some(NotCommitted) once the transaction is doomed
+    let mut alive = true;
+    for _ in 0..n {
+        tokio::time::sleep(ms(cl.rng.range(0, 10))).await;
+        let call = match cl.rng.below(100) {
+            0..40 => Call::Acquire {
+                key: pick_key(&mut cl.rng, ctx.keys),
+                owner: pick_owner(&mut cl.rng, cl.me, ctx.owners),
+                ttl_ms: pick_ttl(&mut cl.rng),
+                wait_ms: if cl.rng.chance(80) {
+                    0
+                } else {
+                    cl.rng.range(10, 100)
+                },
+            },
+            40..65 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Renew {
+                    key,
+                    owner,
+                    epoch,
+                    ttl_ms: pick_ttl(&mut cl.rng),
+                }
+            }
+            65..80 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Release { key, owner, epoch }
+            }
+            _ => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Fence { key, owner, epoch }
+            }
+        };
+        let lo = conn.last;
+        let sent = ctx.now();
+        let res = conn.call(&call).await;
+        let done = ctx.now();
+        let mut op = Op {
+            id: 0,
+            client: cl.me,
+            tx: Some(tx),
+            call,
+            outcome: Outcome::Lost,
+            t0: None,
+            t1: None,
+            lo,
+            sent,
+            done,
+            commit: Commit::Pending,
+            visible_at: None,
+        };
+        match res {
+            Ok((out, t0, t1)) => {
+                cl.learn(ctx, &op.call, &out);
+                op.outcome = out;
+                op.t0 = Some(t0);
+                op.t1 = Some(t1);
+                op.lo = t0;
+            }
+            Err(Fail::Sql(code)) => {
+                if !expected_sqlstate(&op.call, &code) {
+                    ctx.unexpected(format!("{:?} in a transaction failed with {code}", op.call));
+                }
+                op.outcome = Outcome::Failed(code);
+                end = Some(Commit::NotCommitted);
+            }
+            Err(Fail::Conn) => {
+                end = Some(Commit::NotCommitted);
+                alive = false;
+            }
+        }
+        let fenced = matches!(op.outcome, Outcome::Fenced { .. });
+        let (key, owner, epoch) = (
+            op.call.key().unwrap_or("").to_string(),
+            op.call.owner().unwrap_or("").to_string(),
+            op.call.epoch().unwrap_or(0),
+        );
+        ids.push(ctx.push(op));
+        if end.is_some() {
+            break;
+        }
+        if fenced {
+            // The guarded write that the fence protects.
+            if let Err(e) = conn
+                .client
+                .execute(SQL_GUARD, &[&key, &owner, &epoch])
+                .await
+            {
+                match classify(&e) {
+                    Fail::Sql(code) => ctx.unexpected(format!("guarded write failed with {code}")),
+                    Fail::Conn => alive = false,
+                }
+                end = Some(Commit::NotCommitted);
+                break;
+            }
+        }
+    }
+
+    let commit = alive && end.is_none() && cl.rng.chance(70);
+    let mut pre_commit = None;
+    let mut commit_sent = None;
+    let outcome = if !alive {
+        Commit::NotCommitted
+    } else if !commit {
+        if conn.client.batch_execute("ROLLBACK").await.is_err() {
+            alive = false;
+        }
+        Commit::NotCommitted
+    } else {
+        tokio::time::sleep(ms(cl.rng.range(0, 10))).await;
+        match conn.client.query_one("SELECT clock_timestamp()", &[]).await {
+            Err(_) => {
+                alive = false;
+                Commit::NotCommitted // COMMIT was never sent
+            }
+            Ok(r) => {
+                pre_commit = Some(us(r.get(0)));
+                if conn.client.is_closed() {
+                    alive = false;
+                    Commit::NotCommitted
+                } else {
+                    commit_sent = Some(ctx.now());
+                    match conn.client.batch_execute("COMMIT").await {
+                        Ok(()) => Commit::Committed,
+                        Err(e) => {
+                            if let Fail::Sql(code) = classify(&e) {
+                                ctx.unexpected(format!("COMMIT failed with {code}"));
+                            }
+                            alive = false;
+                            Commit::Ambiguous
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let visible = (outcome == Commit::Committed).then(|| ctx.now());
+    ctx.set_commit(&ids, outcome, visible, pre_commit, commit_sent);
+    ctx.txs.lock().unwrap().push(TxRecord {
+        id: tx,
+        client: cl.me,
+        xid,
+        ops: ids,
+        end: outcome,
+    });
+    alive
+}
+
+async fn client_loop(ctx: Arc<Ctx>, me: usize, rng: Rng) {
+    let mut cl = Worker {
+        me,
+        rng,
+        mine: Vec::new(),
+    };
+    let mut conn = Conn::open(&ctx, me, APP).await;
+    while ctx.running() {
+        tokio::time::sleep(ms(cl.rng.range(0, 20))).await;
+        if conn.client.is_closed() {
+            conn = Conn::open(&ctx, me, APP).await;
+        }
+        let alive = if cl.rng.chance(60) {
+            single(&ctx, &mut cl, &mut conn).await
+        } else {
+            transaction(&ctx, &mut cl, &mut conn).await
+        };
+        if !alive {
+            conn = Conn::open(&ctx, me, APP).await;
+        }
+    }
+}
+
+async fn purger(ctx: Arc<Ctx>, mut rng: Rng) {
+    let mut conn = Conn::open(&ctx, PURGER, ADMIN).await;
+    while ctx.running() {
+        tokio::time::sleep(ms(rng.range(300, 1200))).await;
+        let call = Call::Purge {
+            older_than_ms: rng.range(0, 200),
+        };
+        let lo = conn.last;
+        let sent = ctx.now();
+        let res = conn.call(&call).await;
+        let done = ctx.now();
+        let mut op = Op {
+            id: 0,
+            client: PURGER,
+            tx: None,
+            call,
+            outcome: Outcome::Lost,
+            t0: None,
+            t1: None,
+            lo,
+            sent,
+            done,
+            commit: Commit::Committed,
+            visible_at: Some(done),
+        };
+        match res {
+            Ok((out, t0, t1)) => {
+                op.outcome = out;
+                op.t0 = Some(t0);
+                op.t1 = Some(t1);
+                op.lo = t0;
+            }
+            Err(Fail::Sql(code)) => {
+                // purge never waits on a lease row (SKIP LOCKED) while it holds the epoch-floor
+                // lock, so it cannot deadlock: every error is a failure.
+                ctx.unexpected(format!("purge failed with {code}"));
+                op.outcome = Outcome::Failed(code);
+                op.commit = Commit::NotCommitted;
+            }
+            Err(Fail::Conn) => {
+                ctx.unexpected("the purger's connection died".into());
+                op.commit = Commit::Ambiguous;
+                ctx.push(op);
+                return;
+            }
+        }
+        ctx.push(op);
+    }
+}
+
+async fn killer(ctx: Arc<Ctx>, mut rng: Rng) {
+    let su = server().connect_super(&ctx.db).await;
+    while ctx.running() {
+        tokio::time::sleep(ms(rng.range(150, 900))).await;
+        let victim = rng.below(ctx.pids.len() as u64) as usize;
+        let pid = ctx.pids[victim].load(Ordering::SeqCst);
+        if pid == 0 || !ctx.running() {
+            continue;
+        }
+        let killed: bool = su
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .expect("pg_terminate_backend")
+            .get(0);
+        if killed {
+            ctx.kills.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs the workload in a fresh database and returns the history, with transactions whose COMMIT
+/// outcome was unknown resolved by the server (`pg_xact_status`), and every transaction's client-side
+/// verdict checked against the server's.
+pub async fn run(cfg: &Config) -> Run {
+    let s = server();
+    let db = s.fresh_db_with_extension("history");
+    s.psql(
+        &db,
+        &format!(
+            "CREATE TABLE public.guarded_writes (key text, owner text, epoch bigint, \
+             at timestamptz DEFAULT clock_timestamp()); \
+             GRANT INSERT, SELECT ON public.guarded_writes TO {APP};"
+        ),
+    );
+    let ctx = Arc::new(Ctx {
+        db: db.clone(),
+        start: Instant::now(),
+        deadline: Instant::now() + cfg.duration,
+        ops: Mutex::new(Vec::new()),
+        txs: Mutex::new(Vec::new()),
+        pids: (0..cfg.clients).map(|_| AtomicI32::new(0)).collect(),
+        hints: Mutex::new(HashMap::new()),
+        unexpected: Mutex::new(Vec::new()),
+        next_tx: AtomicUsize::new(0),
+        kills: AtomicUsize::new(0),
+        owners: cfg.owners,
+        keys: cfg.keys,
+    });
+    let root = Rng::new(cfg.seed);
+    let mut tasks = Vec::new();
+    for me in 0..cfg.clients {
+        tasks.push(tokio::spawn(client_loop(
+            ctx.clone(),
+            me,
+            root.fork(me as u64 + 1),
+        )));
+    }
+    tasks.push(tokio::spawn(purger(ctx.clone(), root.fork(1001))));
+    tasks.push(tokio::spawn(killer(ctx.clone(), root.fork(1002))));
+    for t in tasks {
+        t.await.expect("workload task panicked");
+    }
+
+    let mut run = Run {
+        ops: std::mem::take(&mut *ctx.ops.lock().unwrap()),
+        txs: std::mem::take(&mut *ctx.txs.lock().unwrap()),
+        kills: ctx.kills.load(Ordering::Relaxed),
+        unexpected: std::mem::take(&mut *ctx.unexpected.lock().unwrap()),
+        ..Run::default()
+    };
+    run.base = run.ops.iter().filter_map(|o| o.t0).min().unwrap_or(0);
+
+    // Ask the server how every explicit transaction ended.
+    let su = s.connect_super(&db).await;
+    for tx in &mut run.txs {
+        let mut status: Option<String> = None;
+        for _ in 0..100 {
+            status = su
+                .query_one("SELECT pg_xact_status($1::text::xid8)::text", &[&tx.xid])
+                .await
+                .expect("pg_xact_status")
+                .get(0);
+            if status.as_deref() != Some("in progress") {
+                break;
+            }
+            tokio::time::sleep(ms(50)).await;
+        }
+        let server_says = match status.as_deref() {
+            Some("committed") => Commit::Committed,
+            Some("aborted") => Commit::NotCommitted,
+            _ => Commit::Ambiguous,
+        };
+        match (tx.end, server_says) {
+            (Commit::Ambiguous, resolved) => {
+                if resolved != Commit::Ambiguous {
+                    run.resolved += 1;
+                }
+                for &id in &tx.ops {
+                    run.ops[id].commit = resolved;
+                }
+                tx.end = resolved;
+            }
+            (seen, said) if seen != said => run.tx_violations.push(Violation {
+                invariant: "I7",
+                key: String::new(),
+                what: format!(
+                    "transaction {} of client {} (xid {}) ended {seen:?} for its client but is {status:?} on the server",
+                    tx.id, tx.client, tx.xid
+                ),
+                ops: tx.ops.clone(),
+            }),
+            _ => {}
+        }
+    }
+    run
+}

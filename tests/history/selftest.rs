@@ -1,0 +1,499 @@
+//! The checker on synthetic histories: it accepts a valid one, reports each kind of violation, ignores
+//! operations of aborted transactions and excuses (without reporting) failures that an operation of
+//! unknown commit outcome could explain. Times are milliseconds on a made-up server clock.
+
+use crate::checker::{Report, check};
+use crate::model::{Call, Commit, Micros, Op, Outcome, View};
+
+const BASE: Micros = 1_800_000_000_000_000;
+
+fn at(ms: i64) -> Micros {
+    BASE + ms * 1000
+}
+
+fn client_ns(ms: i64) -> u64 {
+    ((ms + 10_000) * 1_000_000) as u64
+}
+
+#[derive(Default)]
+struct H {
+    ops: Vec<Op>,
+}
+
+impl H {
+    /// Adds a committed autocommit op whose statement ran over [t0, t0 + 1 ms].
+    fn push(&mut self, call: Call, outcome: Outcome, t0_ms: i64) -> usize {
+        let id = self.ops.len();
+        self.ops.push(Op {
+            id,
+            client: id,
+            tx: None,
+            call,
+            outcome,
+            t0: Some(at(t0_ms)),
+            t1: Some(at(t0_ms) + 1000),
+            lo: at(t0_ms),
+            sent: client_ns(t0_ms),
+            done: client_ns(t0_ms + 1),
+            commit: Commit::Committed,
+            visible_at: Some(client_ns(t0_ms + 1)),
+        });
+        id
+    }
+
+    /// A new grant at `ms` (instant = t0), expiring `ttl` ms later.
+    fn grant(&mut self, owner: &str, epoch: i64, ms: i64, ttl: i64) -> usize {
+        self.push(
+            acquire(owner, ttl),
+            Outcome::Acquired {
+                acquired: true,
+                epoch: Some(epoch),
+                expires_at: Some(at(ms + ttl)),
+            },
+            ms,
+        )
+    }
+
+    /// An acquire at `ms` that returned an existing lease (epoch, expiry at `exp_ms`).
+    fn reacquire(&mut self, owner: &str, epoch: i64, ms: i64, exp_ms: i64) -> usize {
+        self.push(
+            acquire(owner, 1000),
+            Outcome::Acquired {
+                acquired: true,
+                epoch: Some(epoch),
+                expires_at: Some(at(exp_ms)),
+            },
+            ms,
+        )
+    }
+
+    fn refused(&mut self, owner: &str, ms: i64) -> usize {
+        self.push(
+            acquire(owner, 100),
+            Outcome::Acquired {
+                acquired: false,
+                epoch: None,
+                expires_at: None,
+            },
+            ms,
+        )
+    }
+
+    fn renew(&mut self, owner: &str, epoch: i64, ms: i64, ttl: i64, status: &str) -> usize {
+        self.push(
+            Call::Renew {
+                key: "k".into(),
+                owner: owner.into(),
+                epoch,
+                ttl_ms: ttl,
+            },
+            Outcome::Renewed {
+                status: status.into(),
+                expires_at: (status == "ok").then(|| at(ms + ttl)),
+            },
+            ms,
+        )
+    }
+
+    fn release(&mut self, owner: &str, epoch: i64, ms: i64, status: &str) -> usize {
+        self.push(
+            Call::Release {
+                key: "k".into(),
+                owner: owner.into(),
+                epoch,
+            },
+            Outcome::Released {
+                status: status.into(),
+            },
+            ms,
+        )
+    }
+
+    /// A passed fence at `ms`; its transaction read the clock at `pre_commit_ms` and sent COMMIT
+    /// (client clock) at `commit_sent_ms`.
+    fn fence(
+        &mut self,
+        owner: &str,
+        epoch: i64,
+        ms: i64,
+        exp_ms: i64,
+        pre_commit_ms: Option<i64>,
+        commit_sent_ms: Option<i64>,
+    ) -> usize {
+        self.push(
+            Call::Fence {
+                key: "k".into(),
+                owner: owner.into(),
+                epoch,
+            },
+            Outcome::Fenced {
+                expires_at: at(exp_ms),
+                pre_commit: pre_commit_ms.map(at),
+                commit_sent: commit_sent_ms.map(client_ns),
+            },
+            ms,
+        )
+    }
+
+    fn inspect(&mut self, ms: i64, held_by: Option<(&str, i64, i64)>, counter: i64) -> usize {
+        let view = match held_by {
+            Some((owner, epoch, exp_ms)) => View {
+                held: true,
+                owner: Some(owner.into()),
+                epoch: Some(epoch),
+                expires_at: Some(at(exp_ms)),
+                now: None,
+            },
+            None => View {
+                held: false,
+                owner: None,
+                epoch: Some(counter),
+                expires_at: None,
+                now: None,
+            },
+        };
+        self.push(
+            Call::Inspect { key: "k".into() },
+            Outcome::Inspected(Some(view)),
+            ms,
+        )
+    }
+
+    fn purge(&mut self, ms: i64, n: i64) -> usize {
+        self.push(Call::Purge { older_than_ms: 0 }, Outcome::Purged(n), ms)
+    }
+
+    fn set(&mut self, id: usize, commit: Commit, tx: Option<usize>) {
+        self.ops[id].commit = commit;
+        self.ops[id].tx = tx;
+        if commit != Commit::Committed {
+            self.ops[id].visible_at = None;
+        }
+    }
+
+    fn check(&self) -> Report {
+        check(&self.ops)
+    }
+}
+
+fn acquire(owner: &str, ttl: i64) -> Call {
+    Call::Acquire {
+        key: "k".into(),
+        owner: owner.into(),
+        ttl_ms: ttl,
+        wait_ms: 0,
+    }
+}
+
+/// Asserts the report names exactly `invariants`.
+fn reports(h: &H, invariants: &[&str]) -> Report {
+    let r = h.check();
+    assert_eq!(
+        r.invariants(),
+        invariants,
+        "violations: {:#?}\nexcused: {:#?}",
+        r.violations,
+        r.excused
+    );
+    r
+}
+
+/// A history that exercises every check without breaking any: grants, renew, release, takeover after
+/// a lapse, re-acquire, reads, refusals, a fence, a purge.
+fn valid() -> H {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100); //           a holds 1 until 100
+    h.reacquire("a", 1, 10, 100); //      idempotent
+    h.refused("b", 20);
+    h.inspect(30, Some(("a", 1, 100)), 1);
+    h.renew("a", 1, 50, 100, "ok"); //    until 150
+    h.reacquire("a", 1, 60, 150);
+    h.fence("a", 1, 70, 150, Some(80), Some(81));
+    h.release("a", 1, 90, "ok"); //       FREE(2)
+    h.inspect(95, None, 2);
+    h.renew("a", 1, 96, 100, "not_owner");
+    h.grant("b", 3, 100, 50); //          b holds 3 until 150
+    h.refused("a", 110);
+    h.inspect(160, None, 3); //           lapsed
+    h.grant("c", 4, 170, 50); //          takeover after the lapse: counter + 1
+    h.release("c", 4, 180, "ok"); //      FREE(5)
+    h.purge(300, 2);
+    h.grant("a", 9, 400, 50); //          re-created above the floor
+    h
+}
+
+#[test]
+fn checker_accepts_a_valid_history() {
+    let r = reports(&valid(), &[]);
+    assert!(r.excused.is_empty(), "{:#?}", r.excused);
+    assert_eq!(r.stats.committed_grants, 4);
+    assert_eq!(r.stats.ok_renews, 1);
+    assert_eq!(r.stats.ok_releases, 2);
+    assert_eq!(r.stats.reacquires, 2);
+}
+
+#[test]
+fn checker_reports_overlapping_grants_i1() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.grant("b", 2, 50, 100);
+    reports(&h, &["I1"]);
+}
+
+#[test]
+fn checker_reports_a_grant_while_a_renewed_lease_was_held_i1() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.renew("a", 1, 80, 100, "ok"); // until 180
+    h.grant("b", 2, 150, 100);
+    reports(&h, &["I1"]);
+}
+
+#[test]
+fn checker_reports_decreasing_epochs_i2() {
+    let mut h = H::default();
+    h.grant("a", 5, 0, 10);
+    h.grant("b", 4, 20, 10);
+    reports(&h, &["I2"]);
+}
+
+#[test]
+fn checker_reports_a_grant_reusing_a_released_epoch_i2() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.release("a", 1, 10, "ok"); // counter 2
+    h.grant("b", 2, 20, 100);
+    reports(&h, &["I2"]);
+}
+
+#[test]
+fn checker_reports_an_epoch_consumed_by_no_committed_grant_i7() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.grant("b", 3, 20, 10);
+    reports(&h, &["I7"]);
+    // The same gap is fine when a purge ran in between (the floor may come from another key).
+    h.purge(15, 1);
+    reports(&h, &[]);
+}
+
+#[test]
+fn checker_reports_a_stale_epoch_renew_after_a_newer_grant_i3() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.grant("b", 2, 20, 100);
+    h.renew("a", 1, 30, 100, "ok");
+    let r = reports(&h, &["I3"]);
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.what.contains("after epoch 2"))
+    );
+}
+
+#[test]
+fn checker_reports_a_renew_of_a_lapsed_lease_i3() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.renew("a", 1, 30, 100, "ok");
+    reports(&h, &["I3"]);
+}
+
+#[test]
+fn checker_reports_a_renew_of_a_never_granted_epoch_i3() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.renew("a", 7, 30, 100, "ok");
+    reports(&h, &["I3"]);
+}
+
+#[test]
+fn checker_reports_a_renew_by_another_owner_i3() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.renew("b", 1, 30, 100, "ok");
+    reports(&h, &["I3"]);
+}
+
+#[test]
+fn checker_reports_a_stale_release_and_a_stale_fence_i3() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.grant("b", 3, 20, 100);
+    h.release("a", 1, 30, "ok");
+    reports(&h, &["I3"]);
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.grant("b", 2, 20, 100);
+    h.fence("a", 1, 30, 10, None, None);
+    reports(&h, &["I3"]);
+}
+
+#[test]
+fn checker_reports_a_release_of_a_lapsed_lease_and_a_double_release_i3() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.release("a", 1, 30, "ok");
+    reports(&h, &["I3"]);
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.release("a", 1, 10, "ok");
+    h.release("a", 1, 20, "ok");
+    reports(&h, &["I3"]);
+}
+
+#[test]
+fn checker_reports_a_renew_whose_expiry_is_not_now_plus_ttl_i4() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    let r = h.renew("a", 1, 30, 100, "ok");
+    h.ops[r].outcome = Outcome::Renewed {
+        status: "ok".into(),
+        expires_at: Some(at(500)),
+    };
+    reports(&h, &["I4"]);
+}
+
+#[test]
+fn checker_reports_a_reacquire_returning_a_lapsed_or_outdated_lease_i5() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.reacquire("a", 1, 20, 10);
+    reports(&h, &["I5"]);
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.renew("a", 1, 20, 100, "ok"); // until 120, committed before the re-acquire was sent
+    h.reacquire("a", 1, 30, 100);
+    reports(&h, &["I5"]);
+}
+
+#[test]
+fn checker_reports_a_read_of_an_aborted_grant_i7() {
+    let mut h = H::default();
+    let g = h.grant("a", 1, 0, 100);
+    h.set(g, Commit::NotCommitted, Some(1));
+    h.reacquire("a", 1, 20, 100); // another transaction saw it
+    reports(&h, &["I7"]);
+    // Within the grant's own transaction the same re-acquire is fine.
+    h.ops[1].tx = Some(1);
+    reports(&h, &[]);
+}
+
+#[test]
+fn checker_reports_inspect_results_no_committed_write_explains() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.inspect(20, Some(("a", 1, 140)), 1); // an expiry nobody wrote
+    reports(&h, &["I7"]);
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.inspect(120, Some(("a", 1, 100)), 1); // held after its expiry
+    reports(&h, &["I6"]);
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.inspect(20, None, 6); // a counter nobody produced
+    reports(&h, &["I2"]);
+}
+
+#[test]
+fn checker_reports_a_counter_going_back_i2() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.release("a", 1, 5, "ok");
+    h.inspect(20, None, 2);
+    h.inspect(30, None, 1);
+    reports(&h, &["I2"]);
+}
+
+#[test]
+fn checker_reports_a_refusal_when_no_other_owner_held_the_key_i6() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 10);
+    h.refused("b", 20); // a's lease had lapsed
+    reports(&h, &["I6"]);
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.refused("a", 20); // the holder itself is never refused
+    reports(&h, &["I6"]);
+}
+
+#[test]
+fn checker_reports_a_grant_committed_before_a_fenced_transaction_i13() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 50);
+    h.fence("a", 1, 10, 50, Some(100), Some(101)); // COMMIT sent at 101
+    h.grant("b", 2, 60, 50); //                      confirmed committed at 61
+    let r = h.check();
+    assert!(r.invariants().contains(&"I13"), "{:#?}", r.violations);
+}
+
+#[test]
+fn checker_flags_a_successor_expiry_counted_from_before_the_fenced_commit() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 50);
+    h.fence("a", 1, 10, 50, Some(80), None); // the fenced transaction read the clock at 80
+    let b = h.grant("b", 2, 60, 50); //          b's instant 60: before that
+    h.ops[b].visible_at = Some(client_ns(200));
+    let r = h.check();
+    assert!(r.violations.iter().any(|v| v.invariant == "§3"), "{r:#?}");
+}
+
+#[test]
+fn checker_reports_malformed_results() {
+    let mut h = H::default();
+    h.push(
+        acquire("a", 10),
+        Outcome::Acquired {
+            acquired: true,
+            epoch: None,
+            expires_at: Some(at(10)),
+        },
+        0,
+    );
+    h.renew("a", 1, 5, 10, "maybe");
+    reports(&h, &["well-formed"]);
+}
+
+#[test]
+fn checker_ignores_writes_of_aborted_transactions() {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    let g = h.grant("b", 2, 50, 100); // would overlap, but rolled back
+    h.set(g, Commit::NotCommitted, Some(7));
+    let r = h.renew("b", 2, 60, 100, "ok");
+    h.set(r, Commit::NotCommitted, Some(7));
+    h.grant("c", 2, 200, 100); // the aborted grant consumed no epoch
+    let r = reports(&h, &[]);
+    assert_eq!(r.stats.ignored_uncommitted, 2);
+}
+
+#[test]
+fn checker_excuses_failures_an_ambiguous_commit_could_explain_but_not_others() {
+    // An ok release whose commit is unknown may have ended a's lease before b's grant.
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    let rel = h.release("a", 1, 20, "ok");
+    h.set(rel, Commit::Ambiguous, Some(3));
+    h.grant("b", 3, 50, 100);
+    let r = reports(&h, &[]);
+    assert!(!r.excused.is_empty());
+    assert_eq!(r.stats.ambiguous, 1);
+
+    // A lost acquire (result unknown) may have been the grant that a later ok renew names.
+    let mut h = H::default();
+    let lost = h.push(acquire("a", 100), Outcome::Lost, 0);
+    h.set(lost, Commit::Ambiguous, None);
+    h.ops[lost].t0 = None;
+    h.ops[lost].t1 = None;
+    h.renew("a", 1, 30, 100, "ok");
+    let r = reports(&h, &[]);
+    assert_eq!(r.excused.len(), 1);
+
+    // But an ambiguous op cannot excuse two committed grants that overlap.
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    let amb = h.renew("b", 9, 10, 100, "ok");
+    h.set(amb, Commit::Ambiguous, Some(4));
+    h.grant("b", 2, 50, 100);
+    reports(&h, &["I1"]);
+}

@@ -1,0 +1,164 @@
+//! Deterministic reproducers of bugs this suite found in the SQL, each stating the documented
+//! behaviour it contradicted. All were fixed in 0.2.0; they stay as regression tests (each failed on
+//! the SQL before the fix).
+
+use pglease_tests::{ADMIN, APP, expect_error, server};
+
+/// SEMANTICS §6 / I8: invalid input raises 22023 naming every violation; a valid ttl is accepted.
+/// Bug: acquire and renew test `clock_timestamp() + ttl <= clock_timestamp()` with two clock
+/// readings, so a 1 µs ttl is rejected whenever the clock ticks between them, with DETAIL "." (no
+/// violation named), while `_interval_violations` (one reading) finds nothing wrong.
+#[tokio::test]
+async fn a_one_microsecond_ttl_is_judged_with_one_clock_reading() {
+    let c = server().app().await;
+    c.batch_execute(
+        "CREATE FUNCTION pg_temp.try_acquire(k text) RETURNS text LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM lease.acquire(k, 'o', interval '1 microsecond');
+             RETURN 'ok';
+         EXCEPTION WHEN invalid_parameter_value THEN
+             RETURN 'DETAIL';
+         END $$",
+    )
+    .await
+    .unwrap();
+    let rejected: i64 = c
+        .query_one(
+            "SELECT count(*) FROM generate_series(1, 2000) AS i \
+              WHERE pg_temp.try_acquire('hostile_tiny/' || i) <> 'ok'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rejected, 0,
+        "a 1 µs ttl (valid: positive, finite, ≤ 365 days) was rejected"
+    );
+}
+
+/// SEMANTICS §6: "365 days bounds the arithmetic (no timestamp overflow)"; every error is
+/// documented. Bug: an interval whose parts cancel out (compared as ≤ 365 days) but whose calendar
+/// part alone overflows makes `clock_timestamp() ± interval` raise 22008 inside acquire (ttl and
+/// wait), renew and purge.
+#[tokio::test]
+async fn intervals_whose_parts_cancel_out_never_overflow_the_arithmetic() {
+    let s = server();
+    let app = s.app().await;
+    let admin = s.connect_as(pglease_tests::SHARED_DB, ADMIN).await;
+    let big = "5000000 years -1799999990 days"; // compares as +10 days
+    for (c, sql) in [
+        (
+            &app,
+            format!("SELECT * FROM lease.acquire('hostile_ovf/k', 'o', '{big}')"),
+        ),
+        (
+            &app,
+            format!("SELECT * FROM lease.acquire('hostile_ovf/k', 'o', '1 s', '{big}')"),
+        ),
+        (
+            &app,
+            format!("SELECT * FROM lease.renew('hostile_ovf/k', 'o', 1, '{big}')"),
+        ),
+        (&admin, format!("SELECT lease.purge('{big}')")),
+    ] {
+        let e = expect_error(c, &sql).await;
+        assert_eq!(e.code, "22023", "{sql}: {e:?}");
+    }
+}
+
+/// SEMANTICS §6: a ttl is a duration of date_part('epoch', ttl) seconds (1 year = 365.25 days), in
+/// (0, 365 days]. So '1 year 5 days' (370.25 days) is over the bound, and '1 year -364 days'
+/// (1.25 days) is a positive ttl. (Found when the bound used 30-day-month interval comparison.)
+#[tokio::test]
+async fn the_ttl_bound_is_judged_by_the_expiry_it_produces() {
+    let c = server().app().await;
+    let e = expect_error(
+        &c,
+        "SELECT * FROM lease.acquire('hostile_year/a', 'o', '1 year 5 days')",
+    )
+    .await;
+    assert_eq!(
+        e.code, "22023",
+        "an expiry ~370 days out must be over the 365-day bound"
+    );
+    let ok: bool = c
+        .query_one(
+            "SELECT acquired FROM lease.acquire('hostile_year/b', 'o', '1 year -364 days')",
+            &[],
+        )
+        .await
+        .map(|r| r.get(0))
+        .unwrap_or(false);
+    assert!(ok, "an expiry a day in the future is a positive ttl by §6");
+}
+
+/// SEMANTICS §6/§7 and SQLSTATES: purge waits only for transactions creating keys, and 40P01 comes
+/// from the caller's own lock ordering. Bug: purge's DELETE also waits for the row lock of an idle
+/// row that an open transaction just granted; if that transaction then creates a new key, it waits
+/// for purge's lock on the floor sentinel: deadlock, and the plain autocommit purge gets 40P01.
+#[tokio::test]
+async fn purge_never_deadlocks_with_a_transaction_that_grants_then_creates_keys() {
+    let s = server();
+    let db = s.fresh_db_with_extension("purge_deadlock");
+    let t1 = s.connect_as(&db, APP).await;
+    let admin = s.connect_as(&db, ADMIN).await;
+    t1.query_one("SELECT lease.acquire('idle', 'o', '1 millisecond')", &[])
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    t1.batch_execute("BEGIN").await.unwrap();
+    t1.query_one("SELECT lease.acquire('idle', 'o', '1 hour')", &[])
+        .await
+        .unwrap();
+    let purge = tokio::spawn(async move {
+        admin
+            .query_one("SELECT lease.purge('0')", &[])
+            .await
+            .map(|r| r.get::<_, i64>(0))
+            .map_err(|e| e.code().map(|c| c.code().to_string()))
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await; // purge is now waiting on 'idle'
+    let created = t1
+        .query_one("SELECT lease.acquire('new', 'o', '1 hour')", &[])
+        .await
+        .map_err(|e| e.code().map(|c| c.code().to_string()));
+    let _ = t1.batch_execute("COMMIT").await;
+    let purged = purge.await.unwrap();
+    assert!(created.is_ok(), "key creation failed: {created:?}");
+    assert!(purged.is_ok(), "purge failed: {purged:?}");
+}
+
+/// The installer role owns schema lease (CREATE EXTENSION creates it for the caller), and every
+/// function runs SECURITY DEFINER as the bootstrap superuser with `search_path = pg_catalog, lease,
+/// pg_temp`. PostgreSQL picks an exact-match operator in a later schema over pg_catalog's
+/// polymorphic one, so an operator the installer creates in lease — here `||(text, integer)`, used
+/// by the 22023 path — runs as the superuser: privilege escalation (e.g. COPY ... TO PROGRAM).
+#[tokio::test]
+async fn the_installer_cannot_run_code_as_the_function_owner_through_schema_lease() {
+    let s = server();
+    let db = s.fresh_db_with_extension("hijack");
+    let admin = s.connect_as(&db, ADMIN).await;
+    let created = admin
+        .batch_execute(
+            "CREATE FUNCTION lease.hijack(a text, b integer) RETURNS text LANGUAGE plpgsql AS $$
+             BEGIN
+                 RAISE EXCEPTION USING ERRCODE = 'EV001', MESSAGE = 'ran as ' || current_user;
+             END $$;
+             CREATE OPERATOR lease.|| (leftarg = text, rightarg = integer, function = lease.hijack);",
+        )
+        .await;
+    if created.is_err() {
+        return; // the installer cannot create objects in lease: nothing to hijack
+    }
+    let app = s.connect_as(&db, APP).await;
+    let e = expect_error(
+        &app,
+        "SELECT * FROM lease.acquire(repeat('k', 2000), 'o', '1 second')",
+    )
+    .await;
+    assert_eq!(
+        e.code, "22023",
+        "the installer's operator ran inside the API: {e:?}"
+    );
+}

@@ -1,0 +1,827 @@
+//! Property tests of every API function with adversarial arguments (see the crate docs). Each test
+//! has its own database, so the state snapshot covers every row and the expected statuses follow from
+//! the rows read just before the call (nothing else writes there).
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::SystemTime;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use tokio_postgres::Row as PgRow;
+
+use crate::inputs::{self, Epoch, Setup, Text};
+use crate::{Db, cases, seed};
+
+/// SQLSTATEs with which PostgreSQL rejects an interval literal at the `::interval` cast.
+const CAST_ERRORS: [&str; 3] = ["22007", "22008", "22015"];
+
+/// Runs `check` on `cases()` generated inputs with a seeded generator; panics with the seed and
+/// the (shrunk) failing input.
+fn run<S>(test: &str, strategy: S, check: impl Fn(S::Value) -> Result<(), TestCaseError>)
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let seed = seed(test);
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = Config {
+        cases: cases(),
+        failure_persistence: None,
+        max_shrink_iters: 64,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    if let Err(e) = runner.run(&strategy, check) {
+        panic!("{test}: seed {seed} (PGLEASE_HOSTILE_SEED={seed}): {e}");
+    }
+}
+
+/// A failed call: its SQLSTATE and DETAIL.
+#[derive(Debug)]
+struct Failed {
+    code: String,
+    detail: Option<String>,
+}
+
+fn failed(e: tokio_postgres::Error) -> Result<Failed, TestCaseError> {
+    match e.as_db_error() {
+        Some(db) => Ok(Failed {
+            code: db.code().code().to_string(),
+            detail: db.detail().map(str::to_string),
+        }),
+        None => Err(TestCaseError::fail(format!("not a server error: {e}"))),
+    }
+}
+
+/// A lease row as stored, with whether it had expired when read.
+#[derive(Debug, Clone, PartialEq)]
+struct Stored {
+    owner: Option<String>,
+    epoch: i64,
+    expires_at: SystemTime,
+    expired: bool,
+}
+
+async fn stored(db: &Db, key: &Text) -> Option<Stored> {
+    if !key.valid() {
+        return None;
+    }
+    db.su
+        .query_opt(
+            "SELECT owner, epoch, expires_at, expires_at <= clock_timestamp() \
+               FROM lease.leases WHERE key = $1",
+            &[&key.0],
+        )
+        .await
+        .expect("read row")
+        .map(|r| Stored {
+            owner: r.get(0),
+            epoch: r.get(1),
+            expires_at: r.get(2),
+            expired: r.get(3),
+        })
+}
+
+/// What the server makes of an interval literal: `Ok(None)` for NULL, `Ok(Some((positive,
+/// below_1ms)))`, or the SQLSTATE of the cast error.
+async fn cast(db: &Db, literal: &Option<String>) -> Result<Option<(bool, bool)>, String> {
+    let Some(lit) = literal else {
+        return Ok(None);
+    };
+    match db
+        .su
+        .query_one(
+            "SELECT date_part('epoch', $1::text::interval) > 0, \
+                    date_part('epoch', $1::text::interval) < 0.001",
+            &[lit],
+        )
+        .await
+    {
+        Ok(r) => Ok(Some((r.get(0), r.get(1)))),
+        Err(e) => Err(e.code().map_or("?".into(), |c| c.code().to_string())),
+    }
+}
+
+/// Puts a valid key into the requested state before the call (through the API, as `app`).
+async fn prepare(db: &Db, key: &Text, owner: &Text, setup: Setup) {
+    if !key.valid() {
+        return;
+    }
+    let caller = if owner.valid() {
+        owner.0.clone().expect("valid")
+    } else {
+        "caller".to_string()
+    };
+    let acquire = |o: String, ttl: &'static str| async move {
+        db.app
+            .query_one(
+                "SELECT epoch FROM lease.acquire($1, $2, $3::text::interval)",
+                &[&key.0, &o, &ttl],
+            )
+            .await
+            .expect("setup acquire")
+            .get::<_, Option<i64>>(0)
+    };
+    match setup {
+        Setup::AsIs => {}
+        Setup::HeldByOther => {
+            acquire("other-owner".into(), "1 hour").await;
+        }
+        Setup::HeldByCaller => {
+            acquire(caller, "1 hour").await;
+        }
+        Setup::LapsedCaller => {
+            acquire(caller, "1 millisecond").await;
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        Setup::Released => {
+            if let Some(e) = acquire(caller.clone(), "1 hour").await {
+                db.app
+                    .query_one("SELECT lease.release($1, $2, $3)", &[&key.0, &caller, &e])
+                    .await
+                    .expect("setup release");
+            }
+        }
+    }
+}
+
+async fn epoch_arg(db: &Db, key: &Text, e: Epoch) -> Option<i64> {
+    match e {
+        Epoch::Null => None,
+        Epoch::Fixed(v) => Some(v),
+        Epoch::Current(off) => Some(
+            stored(db, key)
+                .await
+                .map_or(1, |s| s.epoch)
+                .saturating_add(off),
+        ),
+    }
+}
+
+/// True if `f` is one of the DETAIL fragments SEMANTICS.md §6 documents.
+fn documented(f: &str) -> bool {
+    for n in ["key", "owner", "prefix"] {
+        if f == format!("{n} must not be NULL") || f == format!("{n} must not be empty") {
+            return true;
+        }
+        if let Some(rest) = f.strip_prefix(&format!("{n} must be at most 1024 bytes (got "))
+            && rest
+                .strip_suffix(')')
+                .is_some_and(|d| d.parse::<u64>().is_ok())
+        {
+            return true;
+        }
+    }
+    if f == "epoch must not be NULL" {
+        return true;
+    }
+    ["ttl", "wait", "older_than"].iter().any(|n| {
+        [
+            "must not be NULL",
+            "must be finite",
+            "must be positive",
+            "must be at most 365 days",
+            "must not be negative",
+        ]
+        .iter()
+        .any(|s| f == format!("{n} {s}"))
+    })
+}
+
+/// A 22023's DETAIL: only documented fragments, including every `expected` one, and never empty.
+fn check_detail(f: &Failed, expected: &[String]) -> Result<(), TestCaseError> {
+    let detail = f.detail.clone().unwrap_or_default();
+    let body = detail.strip_suffix('.').unwrap_or(&detail);
+    let named: Vec<&str> = body.split("; ").collect();
+    for n in &named {
+        prop_assert!(
+            documented(n),
+            "undocumented DETAIL fragment {n:?} in {detail:?}"
+        );
+    }
+    for e in expected {
+        prop_assert!(
+            named.contains(&e.as_str()),
+            "DETAIL {detail:?} does not name {e:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The common verdict on a failed call: NUL text and unparseable intervals fail before the function
+/// runs; otherwise the SQLSTATE must be one of `allowed`. In every case the state is unchanged.
+fn judge_failure(
+    f: &Failed,
+    texts: &[&Text],
+    casts: &[&Result<Option<(bool, bool)>, String>],
+    allowed: &[&str],
+    unchanged: bool,
+) -> Result<(), TestCaseError> {
+    prop_assert!(
+        unchanged,
+        "state changed by a call that failed with {}",
+        f.code
+    );
+    if texts.iter().any(|t| t.has_nul()) {
+        prop_assert_eq!(&f.code, "22021", "text with NUL must fail when received");
+        return Ok(());
+    }
+    let cast_errors: Vec<&String> = casts.iter().filter_map(|c| c.as_ref().err()).collect();
+    if !cast_errors.is_empty() {
+        prop_assert!(
+            CAST_ERRORS.contains(&f.code.as_str()) && cast_errors.contains(&&f.code),
+            "an unparseable interval must fail at the cast with its SQLSTATE {cast_errors:?}, got {}",
+            f.code
+        );
+        return Ok(());
+    }
+    prop_assert!(
+        allowed.contains(&f.code.as_str()),
+        "undocumented SQLSTATE {} ({:?})",
+        f.code,
+        f.detail
+    );
+    Ok(())
+}
+
+/// A successful call must not have been given input the API rejects.
+fn accepted_input_was_valid(
+    texts: &[(&Text, bool)],
+    casts: &[&Result<Option<(bool, bool)>, String>],
+) -> Result<(), TestCaseError> {
+    for (t, must_be_valid) in texts {
+        prop_assert!(!t.has_nul(), "text with NUL was accepted");
+        if *must_be_valid {
+            prop_assert!(t.valid(), "invalid text {t:?} was accepted");
+        }
+    }
+    for c in casts {
+        prop_assert!(c.is_ok(), "an unparseable interval was accepted");
+    }
+    Ok(())
+}
+
+fn positive(c: &Result<Option<(bool, bool)>, String>) -> bool {
+    matches!(c, Ok(Some((true, _))))
+}
+
+fn violations(parts: &[Option<String>]) -> Vec<String> {
+    parts.iter().flatten().cloned().collect()
+}
+
+/// The status renew/release must report for `stored`, given the caller and epoch; `None` when the
+/// lease may lapse between the read and the call (then `lapsed` is also correct).
+fn expected_status(s: &Option<Stored>, owner: &str, epoch: i64) -> (&'static str, bool) {
+    match s {
+        None => ("not_owner", false),
+        Some(s) if s.owner.as_deref() != Some(owner) => ("not_owner", false),
+        Some(s) if s.expired => ("lapsed", false),
+        Some(s) if s.epoch != epoch => ("epoch_mismatch", true),
+        Some(_) => ("ok", true),
+    }
+}
+
+#[test]
+fn acquire_with_hostile_arguments_succeeds_well_formed_or_fails_documented_without_change() {
+    let db = Db::new("hostile_acquire");
+    let strategy = (
+        inputs::text(),
+        inputs::text(),
+        inputs::interval(),
+        inputs::interval(),
+        inputs::setup(),
+    );
+    run("acquire", strategy, |(key, owner, ttl, wait, setup)| {
+        db.rt.block_on(async {
+            prepare(&db, &key, &owner, setup).await;
+            let (ttl_c, wait_c) = (cast(&db, &ttl).await, cast(&db, &wait).await);
+            let before = db.state(true).await;
+            let row = stored(&db, &key).await;
+            let res = db
+                .app
+                .query_one(
+                    "SELECT a.acquired, a.epoch, a.expires_at, a.expires_at > s.t0, \
+                            a.expires_at >= s.t0 + make_interval(secs => date_part('epoch', $3::text::interval)), \
+                            a.expires_at <= clock_timestamp() + make_interval(secs => date_part('epoch', $3::text::interval)) \
+                       FROM (SELECT clock_timestamp() AS t0 OFFSET 0) AS s \
+                      CROSS JOIN LATERAL lease.acquire(CASE WHEN s.t0 IS NOT NULL THEN $1::text END, \
+                            $2::text, $3::text::interval, $4::text::interval) AS a",
+                    &[&key.0, &owner.0, &ttl, &wait],
+                )
+                .await;
+            let after = db.state(true).await;
+            match res {
+                Err(e) => {
+                    let f = failed(e)?;
+                    let allowed: &[&str] = if positive(&wait_c) {
+                        &["22023", "57014"]
+                    } else {
+                        &["22023"]
+                    };
+                    judge_failure(&f, &[&key, &owner], &[&ttl_c, &wait_c], allowed, before == after)?;
+                    if f.code == "22023" {
+                        let expected =
+                            violations(&[key.violation("key", false, false), owner.violation("owner", false, false)]);
+                        check_detail(&f, &expected)?;
+                    } else if f.code == "57014" {
+                        prop_assert!(
+                            row.as_ref().is_some_and(|r| r.owner.is_some() && r.owner != owner.0),
+                            "57014 although no other owner held the key"
+                        );
+                    }
+                }
+                Ok(r) => {
+                    accepted_input_was_valid(&[(&key, true), (&owner, true)], &[&ttl_c, &wait_c])?;
+                    check_acquired(&r, &row, &owner, before == after, &stored(&db, &key).await)?;
+                }
+            }
+            Ok(())
+        })
+    });
+}
+
+fn check_acquired(
+    r: &PgRow,
+    before: &Option<Stored>,
+    owner: &Text,
+    unchanged: bool,
+    after: &Option<Stored>,
+) -> Result<(), TestCaseError> {
+    let acquired: bool = r.get(0);
+    let epoch: Option<i64> = r.get(1);
+    let x: Option<SystemTime> = r.get(2);
+    if !acquired {
+        prop_assert!(
+            epoch.is_none() && x.is_none(),
+            "a refusal carries no epoch or expiry"
+        );
+        prop_assert!(unchanged, "a refusal changed the state");
+        prop_assert!(
+            before
+                .as_ref()
+                .is_some_and(|b| b.owner.is_some() && b.owner != owner.0 && !b.expired),
+            "refused although the key was not held by another owner: {before:?}"
+        );
+        return Ok(());
+    }
+    let epoch = epoch.ok_or_else(|| TestCaseError::fail("a grant without epoch"))?;
+    prop_assert!(
+        epoch >= 1 && x.is_some(),
+        "grant ({epoch}, {x:?}) is malformed"
+    );
+    prop_assert!(
+        r.get::<_, Option<bool>>(3) == Some(true),
+        "granted lease already expired"
+    );
+    if unchanged {
+        // Re-acquire by the holder: its epoch and expiry, nothing written (I5).
+        let b = before
+            .as_ref()
+            .ok_or_else(|| TestCaseError::fail("re-acquire of no row"))?;
+        prop_assert_eq!(b.owner.as_ref(), owner.0.as_ref());
+        prop_assert_eq!(b.epoch, epoch);
+        prop_assert_eq!(Some(b.expires_at), x);
+    } else {
+        prop_assert!(
+            r.get::<_, Option<bool>>(4) == Some(true) && r.get::<_, Option<bool>>(5) == Some(true),
+            "a new grant's expiry is not server now + ttl"
+        );
+        let a = after
+            .as_ref()
+            .ok_or_else(|| TestCaseError::fail("grant left no row"))?;
+        prop_assert_eq!(a.owner.as_ref(), owner.0.as_ref());
+        prop_assert_eq!(a.epoch, epoch);
+        if let Some(b) = before {
+            prop_assert!(
+                b.owner.is_none() || b.expired || b.owner == owner.0,
+                "granted while another owner held the key"
+            );
+            prop_assert!(
+                epoch > b.epoch,
+                "epoch {epoch} not above the counter {}",
+                b.epoch
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn renew_with_hostile_arguments_reports_a_status_or_fails_documented_without_change() {
+    let db = Db::new("hostile_renew");
+    let strategy = (
+        inputs::text(),
+        inputs::text(),
+        inputs::epoch(),
+        inputs::interval(),
+        inputs::setup(),
+    );
+    run("renew", strategy, |(key, owner, epoch, ttl, setup)| {
+        db.rt.block_on(async {
+            prepare(&db, &key, &owner, setup).await;
+            let epoch = epoch_arg(&db, &key, epoch).await;
+            let ttl_c = cast(&db, &ttl).await;
+            let before = db.state(true).await;
+            let row = stored(&db, &key).await;
+            let res = db
+                .app
+                .query_one(
+                    "SELECT r.status, r.expires_at, r.expires_at >= s.t0 + make_interval(secs => date_part('epoch', $4::text::interval)), \
+                            r.expires_at <= clock_timestamp() + make_interval(secs => date_part('epoch', $4::text::interval)) \
+                       FROM (SELECT clock_timestamp() AS t0 OFFSET 0) AS s \
+                      CROSS JOIN LATERAL lease.renew(CASE WHEN s.t0 IS NOT NULL THEN $1::text END, \
+                            $2::text, $3::bigint, $4::text::interval) AS r",
+                    &[&key.0, &owner.0, &epoch, &ttl],
+                )
+                .await;
+            let after = db.state(true).await;
+            match res {
+                Err(e) => {
+                    let f = failed(e)?;
+                    judge_failure(&f, &[&key, &owner], &[&ttl_c], &["22023"], before == after)?;
+                    if f.code == "22023" {
+                        let mut expected = violations(&[
+                            key.violation("key", false, false),
+                            owner.violation("owner", false, false),
+                        ]);
+                        if epoch.is_none() {
+                            expected.push("epoch must not be NULL".into());
+                        }
+                        check_detail(&f, &expected)?;
+                    }
+                }
+                Ok(r) => {
+                    accepted_input_was_valid(&[(&key, true), (&owner, true)], &[&ttl_c])?;
+                    let epoch = epoch.ok_or_else(|| TestCaseError::fail("NULL epoch accepted"))?;
+                    let status: String = r.get(0);
+                    let x: Option<SystemTime> = r.get(1);
+                    let owner = owner.0.as_deref().unwrap_or("");
+                    let (want, may_lapse) = expected_status(&row, owner, epoch);
+                    prop_assert!(
+                        status == want || (may_lapse && status == "lapsed"),
+                        "renew status {status}, expected {want} for {row:?}"
+                    );
+                    if status == "ok" {
+                        prop_assert!(
+                            r.get::<_, Option<bool>>(2) == Some(true)
+                                && r.get::<_, Option<bool>>(3) == Some(true),
+                            "renewed expiry is not server now + ttl"
+                        );
+                        let a = stored(&db, &key).await.expect("row");
+                        prop_assert_eq!(a.epoch, epoch, "renew changed the epoch");
+                        prop_assert_eq!(Some(a.expires_at), x);
+                    } else {
+                        prop_assert!(
+                            x.is_none() && before == after,
+                            "refused renew changed state"
+                        );
+                    }
+                }
+            }
+            Ok(())
+        })
+    });
+}
+
+#[test]
+fn release_and_fence_with_hostile_arguments_act_only_for_the_holder() {
+    let db = Db::new("hostile_release");
+    let strategy = (
+        inputs::text(),
+        inputs::text(),
+        inputs::epoch(),
+        inputs::setup(),
+        any::<bool>(),
+    );
+    run(
+        "release/fence",
+        strategy,
+        |(key, owner, epoch, setup, fence)| {
+            db.rt.block_on(async {
+                prepare(&db, &key, &owner, setup).await;
+                let epoch = epoch_arg(&db, &key, epoch).await;
+                let before = db.state(true).await;
+                let row = stored(&db, &key).await;
+                let sql = if fence {
+                    "SELECT lease.fence($1::text, $2::text, $3::bigint)"
+                } else {
+                    "SELECT status FROM lease.release($1::text, $2::text, $3::bigint) AS r(status)"
+                };
+                let res = db.app.query_one(sql, &[&key.0, &owner.0, &epoch]).await;
+                let after = db.state(true).await;
+                let owner_s = owner.0.as_deref().unwrap_or("");
+                let want = epoch.map(|e| expected_status(&row, owner_s, e));
+                match res {
+                    Err(e) => {
+                        let f = failed(e)?;
+                        let allowed: &[&str] = if fence {
+                            &["22023", "LE001", "LE002", "LE003"]
+                        } else {
+                            &["22023"]
+                        };
+                        judge_failure(&f, &[&key, &owner], &[], allowed, before == after)?;
+                        if key.has_nul() || owner.has_nul() {
+                            return Ok(());
+                        }
+                        if f.code == "22023" {
+                            let mut expected = violations(&[
+                                key.violation("key", false, false),
+                                owner.violation("owner", false, false),
+                            ]);
+                            if epoch.is_none() {
+                                expected.push("epoch must not be NULL".into());
+                            }
+                            prop_assert!(
+                                !expected.is_empty(),
+                                "22023 for valid input ({:?})",
+                                f.detail
+                            );
+                            check_detail(&f, &expected)?;
+                        } else if let Some((want, may_lapse)) = want {
+                            // fence: LE001/LE002/LE003 follow renew's statuses.
+                            let code = match want {
+                                "not_owner" => "LE001",
+                                "lapsed" => "LE002",
+                                "epoch_mismatch" => "LE003",
+                                _ => "none",
+                            };
+                            prop_assert!(
+                                f.code == code || (may_lapse && f.code == "LE002"),
+                                "fence failed with {}, expected {code} for {row:?}",
+                                f.code
+                            );
+                        }
+                    }
+                    Ok(r) => {
+                        accepted_input_was_valid(&[(&key, true), (&owner, true)], &[])?;
+                        let epoch =
+                            epoch.ok_or_else(|| TestCaseError::fail("NULL epoch accepted"))?;
+                        let (want, may_lapse) = want.expect("epoch given");
+                        let stored_row = row.as_ref();
+                        if fence {
+                            prop_assert!(want == "ok", "fence passed for {row:?}");
+                            prop_assert!(before == after, "fence changed the state");
+                            let x: SystemTime = r.get(0);
+                            prop_assert!(
+                                stored_row.is_some_and(|s| s.epoch == epoch && s.expires_at == x),
+                                "fence returned {x:?} for {row:?}"
+                            );
+                        } else {
+                            let status: String = r.get(0);
+                            prop_assert!(
+                                status == want || (may_lapse && status == "lapsed"),
+                                "release status {status}, expected {want} for {row:?}"
+                            );
+                            if status == "ok" {
+                                let a = stored(&db, &key).await.expect("row");
+                                prop_assert!(a.owner.is_none(), "released key still has an owner");
+                                prop_assert_eq!(
+                                    a.epoch,
+                                    epoch + 1,
+                                    "release must advance the counter"
+                                );
+                            } else {
+                                prop_assert!(before == after, "refused release changed the state");
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })
+        },
+    );
+}
+
+#[test]
+fn inspect_and_register_waiter_with_hostile_keys_report_the_stored_row() {
+    let db = Db::new("hostile_inspect");
+    let strategy = (inputs::text(), inputs::setup(), any::<bool>());
+    run(
+        "inspect/register_waiter",
+        strategy,
+        |(key, setup, register)| {
+            db.rt.block_on(async {
+            prepare(&db, &key, &Text(Some("reader".into())), setup).await;
+            let before = db.state(false).await;
+            let row = stored(&db, &key).await;
+            let sql = if register {
+                "SELECT held, owner, epoch, expires_at, coalesce(lapses_in > interval '0', true) \
+                   FROM lease.register_waiter($1::text)"
+            } else {
+                "SELECT held, owner, epoch, expires_at, true FROM lease.inspect($1::text)"
+            };
+            let res = db.app.query(sql, &[&key.0]).await;
+            let after = db.state(false).await;
+            match res {
+                Err(e) => {
+                    let f = failed(e)?;
+                    judge_failure(&f, &[&key], &[], &["22023"], before == after)?;
+                    if f.code == "22023" {
+                        let expected = violations(&[key.violation("key", false, false)]);
+                        prop_assert!(!expected.is_empty(), "22023 for a valid key");
+                        check_detail(&f, &expected)?;
+                    }
+                }
+                Ok(rows) => {
+                    accepted_input_was_valid(&[(&key, true)], &[])?;
+                    prop_assert!(before == after, "a read changed the lease state");
+                    prop_assert!(rows.len() <= 1);
+                    let Some(r) = rows.first() else {
+                        prop_assert!(!register, "register_waiter always returns a row");
+                        prop_assert!(row.is_none(), "inspect returned no row for {row:?}");
+                        return Ok(());
+                    };
+                    let held: bool = r.get(0);
+                    prop_assert!(r.get::<_, bool>(4), "lapses_in must be positive");
+                    match &row {
+                        None => prop_assert!(!held, "held without a row"),
+                        Some(s) => {
+                            if held {
+                                prop_assert_eq!(r.get::<_, Option<String>>(1), s.owner.clone());
+                                prop_assert_eq!(r.get::<_, Option<i64>>(2), Some(s.epoch));
+                                prop_assert_eq!(r.get::<_, Option<SystemTime>>(3), Some(s.expires_at));
+                            } else {
+                                prop_assert!(s.owner.is_none() || s.expired, "reported not held: {s:?}");
+                                if !register {
+                                    prop_assert_eq!(r.get::<_, Option<i64>>(2), Some(s.epoch));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+        },
+    );
+}
+
+#[test]
+fn list_with_hostile_prefixes_returns_exactly_the_keys_starting_with_its_bytes() {
+    let db = Db::new("hostile_list");
+    // Keys worth finding: wildcards, escapes, multibyte characters, near-limit lengths.
+    let strategy = (
+        proptest::collection::vec(inputs::text(), 0..4),
+        inputs::text(),
+        any::<prop::sample::Index>(),
+    );
+    run("list", strategy, |(keys, prefix, pick)| {
+        db.rt.block_on(async {
+            for k in keys.iter().filter(|k| k.valid()) {
+                prepare(&db, k, &Text(Some("lister".into())), Setup::HeldByCaller).await;
+            }
+            // Half the time, the prefix is a prefix of a stored key (cut at a character boundary).
+            let all: Vec<String> = db
+                .su
+                .query("SELECT key FROM lease.leases", &[])
+                .await
+                .expect("keys")
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let prefix = match (&prefix.0, all.is_empty()) {
+                (Some(p), false) if p.len() % 2 == 0 => {
+                    let k = &all[pick.index(all.len())];
+                    let cut = k
+                        .char_indices()
+                        .map(|(i, _)| i)
+                        .nth(k.chars().count() / 2)
+                        .unwrap_or(0);
+                    Text(Some(k[..cut].to_string()))
+                }
+                _ => prefix,
+            };
+            let before = db.state(true).await;
+            let res = db
+                .app
+                .query(
+                    "SELECT key, held, owner, epoch, expires_at FROM lease.list($1::text)",
+                    &[&prefix.0],
+                )
+                .await;
+            let after = db.state(true).await;
+            match res {
+                Err(e) => {
+                    let f = failed(e)?;
+                    judge_failure(&f, &[&prefix], &[], &["22023"], before == after)?;
+                    if f.code == "22023" {
+                        let expected = violations(&[prefix.violation("prefix", true, true)]);
+                        prop_assert!(!expected.is_empty(), "22023 for a valid prefix");
+                        check_detail(&f, &expected)?;
+                    }
+                }
+                Ok(rows) => {
+                    accepted_input_was_valid(&[(&prefix, false)], &[])?;
+                    prop_assert!(
+                        prefix.violation("prefix", true, true).is_none(),
+                        "oversize prefix accepted"
+                    );
+                    prop_assert!(before == after, "list changed the state");
+                    let got: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+                    let p = prefix.0.as_deref().unwrap_or("").as_bytes();
+                    let mut want: Vec<String> = all
+                        .iter()
+                        .filter(|k| k.as_bytes().starts_with(p))
+                        .cloned()
+                        .collect();
+                    want.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+                    prop_assert_eq!(got, want, "list({:?})", prefix);
+                    for r in &rows {
+                        let held: bool = r.get(1);
+                        prop_assert_eq!(held, r.get::<_, Option<String>>(2).is_some());
+                        prop_assert_eq!(held, r.get::<_, Option<SystemTime>>(4).is_some());
+                    }
+                }
+            }
+            Ok(())
+        })
+    });
+}
+
+type PurgeRow = (Option<String>, i64, SystemTime);
+
+async fn purge_rows(db: &Db) -> BTreeMap<String, PurgeRow> {
+    db.su
+        .query(
+            "SELECT key, owner, epoch, expires_at FROM lease.leases",
+            &[],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| (r.get::<_, String>(0), (r.get(1), r.get(2), r.get(3))))
+        .collect()
+}
+
+#[test]
+fn purge_with_hostile_bounds_deletes_only_idle_rows_and_raises_the_floor() {
+    let db = Db::new("hostile_purge");
+    let strategy = (inputs::interval(), 0u8..4);
+    run("purge", strategy, |(older_than, population)| {
+        db.rt.block_on(async {
+            for i in 0..population {
+                let held = Text(Some(format!("held/{i}")));
+                prepare(&db, &held, &Text(Some("p".into())), Setup::HeldByCaller).await;
+                let lapsed = Text(Some(format!("lapsed/{i}")));
+                prepare(&db, &lapsed, &Text(Some("p".into())), Setup::LapsedCaller).await;
+                let free = Text(Some(format!("free/{i}")));
+                prepare(&db, &free, &Text(Some("p".into())), Setup::Released).await;
+            }
+            let c = cast(&db, &older_than).await;
+            // Only the installing role may purge; app is refused whatever the argument.
+            let app = db.app.query_one("SELECT lease.purge($1::text::interval)", &[&older_than]).await;
+            if let Err(e) = app {
+                let code = failed(e)?.code;
+                prop_assert!(code == "42501" || c.is_err(), "app purge failed with {code}");
+            } else {
+                prop_assert!(false, "app may not purge");
+            }
+            let before_state = db.state(true).await;
+            let before = purge_rows(&db).await;
+            let res = db
+                .admin
+                .query_one(
+                    "SELECT p.n, clock_timestamp() FROM (SELECT clock_timestamp() AS t0 OFFSET 0) AS s \
+                     CROSS JOIN LATERAL lease.purge(CASE WHEN s.t0 IS NOT NULL THEN $1::text::interval END) \
+                     AS p(n)",
+                    &[&older_than],
+                )
+                .await;
+            let after_state = db.state(true).await;
+            let after = purge_rows(&db).await;
+            match res {
+                Err(e) => {
+                    let f = failed(e)?;
+                    judge_failure(&f, &[], &[&c], &["22023"], before_state == after_state)?;
+                }
+                Ok(r) => {
+                    accepted_input_was_valid(&[], &[&c])?;
+                    let n: i64 = r.get(0);
+                    let t1: SystemTime = r.get(1);
+                    let deleted: Vec<_> = before.iter().filter(|(k, _)| !after.contains_key(*k)).collect();
+                    prop_assert_eq!(n, deleted.len() as i64, "purge's count");
+                    for (k, v) in &after {
+                        prop_assert_eq!(Some(v), before.get(k), "purge changed a row it kept");
+                    }
+                    for (k, (owner, _, x)) in &deleted {
+                        prop_assert!(owner.is_none() || *x <= t1, "purge deleted the held key {k}");
+                        prop_assert!(*x < t1, "purge deleted {k}, idle only since after it ran");
+                    }
+                    if let Some(max) = deleted.iter().map(|(_, v)| v.1).max() {
+                        let floor: i64 = db
+                            .su
+                            .query_one("SELECT max(floor) FROM lease.epoch_floor", &[])
+                            .await
+                            .expect("floor")
+                            .get(0);
+                        prop_assert!(floor >= max, "floor {floor} below a purged epoch {max} (I11)");
+                    }
+                }
+            }
+            Ok(())
+        })
+    });
+}

@@ -1,0 +1,566 @@
+//! Malicious `search_path`: a caller puts its own schema `evil` (and `pg_temp`) first, full of objects
+//! named like those the SQL uses — functions, aggregates, operators, tables, types — each of which
+//! logs its use. Every API function must still use only pg_catalog and lease objects: results are
+//! correct and the log stays empty. Positive controls prove the shadows do capture unqualified uses
+//! in the caller's own SQL, so an empty log means something.
+
+use pglease_tests::{ADMIN, APP, expect_error, server};
+use tokio_postgres::Client;
+
+/// Shadowing functions: (name, argument types, result type, what the real one computes).
+const FUNCTIONS: &[(&str, &str, &str, &str)] = &[
+    (
+        "clock_timestamp",
+        "",
+        "timestamptz",
+        "pg_catalog.clock_timestamp()",
+    ),
+    ("now", "", "timestamptz", "pg_catalog.now()"),
+    (
+        "octet_length",
+        "text",
+        "integer",
+        "pg_catalog.octet_length($1)",
+    ),
+    (
+        "pg_sleep",
+        "double precision",
+        "void",
+        "pg_catalog.pg_sleep($1)",
+    ),
+    (
+        "date_part",
+        "text, interval",
+        "double precision",
+        "pg_catalog.date_part($1, $2)",
+    ),
+    ("isfinite", "interval", "boolean", "pg_catalog.isfinite($1)"),
+    (
+        "array_to_string",
+        "text[], text",
+        "text",
+        "pg_catalog.array_to_string($1, $2)",
+    ),
+    (
+        "array_remove",
+        "text[], text",
+        "text[]",
+        "pg_catalog.array_remove($1, $2)",
+    ),
+    (
+        "replace",
+        "text, text, text",
+        "text",
+        "pg_catalog.replace($1, $2, $3)",
+    ),
+    (
+        "quote_literal",
+        "text",
+        "text",
+        "pg_catalog.quote_literal($1)",
+    ),
+    (
+        "pg_notify",
+        "text, text",
+        "void",
+        "pg_catalog.pg_notify($1, $2)",
+    ),
+    (
+        "starts_with",
+        "text, text",
+        "boolean",
+        "pg_catalog.starts_with($1, $2)",
+    ),
+    ("left", "text, integer", "text", "pg_catalog.left($1, $2)"),
+];
+
+/// Shadowing operators: (operator, left, right, result, what the real one computes).
+const OPERATORS: &[(&str, &str, &str, &str, &str)] = &[
+    ("=", "text", "text", "boolean", "pg_catalog.texteq($1, $2)"),
+    ("<>", "text", "text", "boolean", "pg_catalog.textne($1, $2)"),
+    (
+        "=",
+        "bigint",
+        "bigint",
+        "boolean",
+        "pg_catalog.int8eq($1, $2)",
+    ),
+    (
+        "<>",
+        "bigint",
+        "bigint",
+        "boolean",
+        "pg_catalog.int8ne($1, $2)",
+    ),
+    (
+        ">",
+        "bigint",
+        "bigint",
+        "boolean",
+        "pg_catalog.int8gt($1, $2)",
+    ),
+    (
+        "+",
+        "bigint",
+        "integer",
+        "bigint",
+        "pg_catalog.int84pl($1, $2)",
+    ),
+    (
+        ">",
+        "integer",
+        "integer",
+        "boolean",
+        "pg_catalog.int4gt($1, $2)",
+    ),
+    (
+        ">",
+        "timestamptz",
+        "timestamptz",
+        "boolean",
+        "pg_catalog.timestamptz_gt($1, $2)",
+    ),
+    (
+        ">=",
+        "timestamptz",
+        "timestamptz",
+        "boolean",
+        "pg_catalog.timestamptz_ge($1, $2)",
+    ),
+    (
+        "<=",
+        "timestamptz",
+        "timestamptz",
+        "boolean",
+        "pg_catalog.timestamptz_le($1, $2)",
+    ),
+    (
+        "<",
+        "timestamptz",
+        "timestamptz",
+        "boolean",
+        "pg_catalog.timestamptz_lt($1, $2)",
+    ),
+    (
+        "+",
+        "timestamptz",
+        "interval",
+        "timestamptz",
+        "pg_catalog.timestamptz_pl_interval($1, $2)",
+    ),
+    (
+        "-",
+        "timestamptz",
+        "interval",
+        "timestamptz",
+        "pg_catalog.timestamptz_mi_interval($1, $2)",
+    ),
+    (
+        "-",
+        "timestamptz",
+        "timestamptz",
+        "interval",
+        "pg_catalog.timestamptz_mi($1, $2)",
+    ),
+    (
+        "<=",
+        "interval",
+        "interval",
+        "boolean",
+        "pg_catalog.interval_le($1, $2)",
+    ),
+    (
+        ">",
+        "interval",
+        "interval",
+        "boolean",
+        "pg_catalog.interval_gt($1, $2)",
+    ),
+    (
+        "<",
+        "interval",
+        "interval",
+        "boolean",
+        "pg_catalog.interval_lt($1, $2)",
+    ),
+    ("||", "text", "text", "text", "pg_catalog.textcat($1, $2)"),
+    (
+        "||",
+        "text",
+        "integer",
+        "text",
+        "pg_catalog.textcat($1, $2::pg_catalog.text)",
+    ),
+    (
+        "||",
+        "text",
+        "bigint",
+        "text",
+        "pg_catalog.textcat($1, $2::pg_catalog.text)",
+    ),
+    (
+        "||",
+        "text",
+        "timestamptz",
+        "text",
+        "pg_catalog.textcat($1, $2::pg_catalog.text)",
+    ),
+    (
+        "||",
+        "text[]",
+        "text[]",
+        "text[]",
+        "pg_catalog.array_cat($1, $2)",
+    ),
+    (
+        "~~",
+        "text",
+        "text",
+        "boolean",
+        "pg_catalog.textlike($1, $2)",
+    ),
+];
+
+/// A function body that logs `what` into `log` and then computes `expr` (or performs it, for void).
+fn logging_body(log: &str, what: &str, ret: &str, expr: &str) -> String {
+    let tail = if ret == "void" {
+        format!("PERFORM {expr}; RETURN;")
+    } else {
+        format!("RETURN {expr};")
+    };
+    format!("BEGIN INSERT INTO {log} (what) VALUES ('{what}'); {tail} END")
+}
+
+/// The `evil` schema: a log table, then shadows of everything the API's SQL names.
+fn evil_schema_sql() -> String {
+    let mut sql = String::from(
+        "SET search_path = pg_catalog;
+         CREATE SCHEMA evil;
+         GRANT USAGE ON SCHEMA evil TO PUBLIC;
+         CREATE TABLE evil.log (what text, who text DEFAULT current_user);
+         GRANT INSERT, SELECT ON evil.log TO PUBLIC;
+         CREATE TABLE evil.leases (key text, owner text, epoch bigint, expires_at timestamptz,
+                                   waiting boolean DEFAULT false);
+         INSERT INTO evil.leases VALUES ('s0/k', 'evil', 999999, '2999-01-01');
+         CREATE TABLE evil.epoch_floor (floor bigint, sentinel boolean);
+         INSERT INTO evil.epoch_floor VALUES (1000000, true);
+         GRANT ALL ON evil.leases, evil.epoch_floor TO PUBLIC;\n",
+    );
+    for (name, args, ret, expr) in FUNCTIONS {
+        sql += &format!(
+            "CREATE FUNCTION evil.{name}({args}) RETURNS {ret} LANGUAGE plpgsql \
+             SET search_path = pg_catalog AS $f${}$f$;\n",
+            logging_body("evil.log", name, ret, expr)
+        );
+    }
+    sql += &format!(
+        "CREATE FUNCTION evil.max_sf(bigint, bigint) RETURNS bigint LANGUAGE plpgsql \
+         SET search_path = pg_catalog AS $f${}$f$;
+         CREATE AGGREGATE evil.max(bigint) (sfunc = evil.max_sf, stype = bigint);
+         CREATE FUNCTION evil.count_sf(bigint) RETURNS bigint LANGUAGE plpgsql \
+         SET search_path = pg_catalog AS $f${}$f$;
+         CREATE AGGREGATE evil.count(*) (sfunc = evil.count_sf, stype = bigint, initcond = '0');\n",
+        logging_body(
+            "evil.log",
+            "max",
+            "bigint",
+            "pg_catalog.int8larger(coalesce($1, $2), $2)"
+        ),
+        logging_body("evil.log", "count", "bigint", "$1 OPERATOR(pg_catalog.+) 1"),
+    );
+    for (i, (op, l, r, ret, expr)) in OPERATORS.iter().enumerate() {
+        sql += &format!(
+            "CREATE FUNCTION evil.op_{i}({l}, {r}) RETURNS {ret} LANGUAGE plpgsql \
+             SET search_path = pg_catalog AS $f${}$f$;
+             CREATE OPERATOR evil.{op} (leftarg = {l}, rightarg = {r}, function = evil.op_{i});\n",
+            logging_body("evil.log", &format!("operator {op}({l}, {r})"), ret, expr)
+        );
+    }
+    // Types named like those the SQL spells without a keyword.
+    sql += "CREATE DOMAIN evil.text AS pg_catalog.varchar(3);
+            CREATE TYPE evil.timestamptz AS (x pg_catalog.int4);
+            CREATE DOMAIN evil.record AS pg_catalog.int4;\n";
+    sql
+}
+
+/// Temporary shadows in the caller's own session (tables are searched in pg_temp; functions and
+/// operators are never searched there unless qualified).
+fn temp_objects_sql() -> String {
+    let mut sql = String::from(
+        "CREATE TEMP TABLE leases (key text, owner text, epoch bigint, expires_at timestamptz,
+                                   waiting boolean DEFAULT false);
+         INSERT INTO pg_temp.leases VALUES ('s1/k', 'temp', 888888, '2999-01-01');
+         CREATE TEMP TABLE epoch_floor (floor bigint, sentinel boolean);
+         INSERT INTO pg_temp.epoch_floor VALUES (2000000, true);\n",
+    );
+    for (name, args, ret, expr) in &FUNCTIONS[..3] {
+        sql += &format!(
+            "CREATE FUNCTION pg_temp.{name}({args}) RETURNS {ret} LANGUAGE plpgsql \
+             SET search_path = pg_catalog AS $f${}$f$;\n",
+            logging_body("evil.log", &format!("pg_temp.{name}"), ret, expr)
+        );
+    }
+    sql += &format!(
+        "CREATE FUNCTION pg_temp.op_eq(text, text) RETURNS boolean LANGUAGE plpgsql \
+         SET search_path = pg_catalog AS $f${}$f$;
+         CREATE OPERATOR pg_temp.= (leftarg = text, rightarg = text, function = pg_temp.op_eq);\n",
+        logging_body(
+            "evil.log",
+            "pg_temp operator =",
+            "boolean",
+            "pg_catalog.texteq($1, $2)"
+        )
+    );
+    sql
+}
+
+async fn log_count(su: &Client) -> i64 {
+    su.query_one("SELECT count(*) FROM evil.log", &[])
+        .await
+        .expect("read evil.log")
+        .get(0)
+}
+
+/// Every API call, with the results a correct implementation gives (keys under `p`, in a database
+/// where nothing else happened to them).
+async fn exercise_api(app: &Client, admin: &Client, p: &str) {
+    let k = format!("{p}k");
+    let q = |sql: &'static str| sql;
+    let acquire = q(
+        "SELECT acquired, epoch, expires_at FROM lease.acquire($1::pg_catalog.text, \
+                     $2::pg_catalog.text, $3::pg_catalog.text::interval, $4::pg_catalog.text::interval)",
+    );
+    let r = app
+        .query_one(acquire, &[&k, &"o1", &"1 hour", &"0"])
+        .await
+        .unwrap();
+    let (got, epoch, x): (bool, Option<i64>, Option<std::time::SystemTime>) =
+        (r.get(0), r.get(1), r.get(2));
+    assert!(got);
+    let e = epoch.unwrap();
+    assert!(e < 1000, "epoch {e}: a shadow epoch floor was read");
+    let r = app
+        .query_one(acquire, &[&k, &"o1", &"1 hour", &"0"])
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.get::<_, bool>(0),
+            r.get::<_, Option<i64>>(1),
+            r.get::<_, Option<std::time::SystemTime>>(2)
+        ),
+        (true, Some(e), x)
+    );
+    let r = app
+        .query_one(acquire, &[&k, &"o2", &"1 hour", &"0"])
+        .await
+        .unwrap();
+    assert!(!r.get::<_, bool>(0));
+    // The blocking path: sleep, date_part, LEAST, quote_literal, timestamp arithmetic.
+    let err = app
+        .query_one(acquire, &[&k, &"o2", &"1 hour", &"60 milliseconds"])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "57014");
+
+    let renew = q(
+        "SELECT status FROM lease.renew($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int8, $4::pg_catalog.text::interval)",
+    );
+    for (owner, ep, want) in [
+        ("o1", e, "ok"),
+        ("o1", e + 7, "epoch_mismatch"),
+        ("o2", e, "not_owner"),
+    ] {
+        let got: String = app
+            .query_one(renew, &[&k, &owner, &ep, &"1 hour"])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(got, want, "renew({owner}, {ep})");
+    }
+    let r = app
+        .query_one(
+            "SELECT held, owner, epoch FROM lease.inspect($1::pg_catalog.text)",
+            &[&k],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.get::<_, bool>(0),
+            r.get::<_, Option<String>>(1),
+            r.get::<_, i64>(2)
+        ),
+        (true, Some("o1".into()), e)
+    );
+    let listed = |prefix: String| async move {
+        app.query(
+            "SELECT key FROM lease.list($1::pg_catalog.text)",
+            &[&prefix],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(p.to_string()).await, vec![k.clone()]);
+    assert!(listed(format!("{p}%_\\")).await.is_empty());
+    let r = app
+        .query_one(
+            "SELECT held, epoch FROM lease.register_waiter($1::pg_catalog.text)",
+            &[&k],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.get::<_, bool>(0), r.get::<_, Option<i64>>(1)),
+        (true, Some(e))
+    );
+    let fence =
+        q("SELECT lease.fence($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int8)");
+    app.query_one(fence, &[&k, &"o1", &e]).await.unwrap();
+    for (owner, ep, code) in [("o1", e + 1, "LE003"), ("o2", e, "LE001")] {
+        let err = app.query_one(fence, &[&k, &owner, &ep]).await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), code);
+    }
+    let release = q(
+        "SELECT status FROM lease.release($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int8) AS r(status)",
+    );
+    for want in ["ok", "not_owner"] {
+        let got: String = app
+            .query_one(release, &[&k, &"o1", &e])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(got, want);
+    }
+    let r = app
+        .query_one(acquire, &[&k, &"o2", &"1 hour", &"0"])
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, Option<i64>>(1), Some(e + 2));
+    // Error paths: every violation named (array helpers, octet_length, isfinite, concatenations).
+    let err = expect_error(
+        app,
+        "SELECT * FROM lease.acquire(pg_catalog.repeat('k', 2000), '', '-1 second', NULL)",
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    assert_eq!(
+        err.detail.as_deref(),
+        Some(
+            "key must be at most 1024 bytes (got 2000); owner must not be empty; ttl must be positive; wait must not be NULL."
+        )
+    );
+    let err = expect_error(
+        app,
+        &format!("SELECT * FROM lease.acquire('{p}x', 'o', '1 month -30 days')"),
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    let version: String = app
+        .query_one("SELECT lease.version()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, "0.2.0");
+    let purged: i64 = admin
+        .query_one("SELECT lease.purge('0'::pg_catalog.text::interval)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(purged >= 0);
+}
+
+#[tokio::test]
+async fn shadowing_objects_first_on_the_callers_search_path_are_never_used() {
+    let s = server();
+    let db = s.fresh_db_with_extension("shadow");
+    s.psql(&db, &format!("GRANT CREATE ON DATABASE {db} TO {APP}"));
+    let su = s.connect_super(&db).await;
+    let app = s.connect_as(&db, APP).await;
+    app.batch_execute(&evil_schema_sql())
+        .await
+        .expect("create the evil schema");
+    app.batch_execute(&temp_objects_sql())
+        .await
+        .expect("create temp shadows");
+    let admin = s.connect_as(&db, ADMIN).await;
+
+    // Positive controls: with evil first, the caller's own unqualified SQL does hit the shadows.
+    app.batch_execute("SET search_path = evil, pg_catalog, pg_temp")
+        .await
+        .unwrap();
+    for probe in [
+        "SELECT clock_timestamp()",
+        "SELECT octet_length('x'::pg_catalog.text)",
+        "SELECT 'a'::pg_catalog.text = 'a'::pg_catalog.text",
+        "SELECT 'a'::pg_catalog.text || 1",
+        "SELECT ARRAY['a']::pg_catalog.text[] || ARRAY['b']::pg_catalog.text[]",
+        "SELECT max(x) FROM (VALUES (1::pg_catalog.int8)) AS v(x)",
+        "SELECT count(*) FROM (VALUES (1)) AS v(x)",
+        "SELECT pg_catalog.now() + interval '1 second'",
+        "SELECT pg_temp.clock_timestamp()",
+    ] {
+        let before = log_count(&su).await;
+        app.batch_execute(probe)
+            .await
+            .unwrap_or_else(|e| panic!("{probe}: {e}"));
+        assert!(
+            log_count(&su).await > before,
+            "control {probe} did not reach its shadow"
+        );
+    }
+    let shadow_epoch: i64 = app
+        .query_one("SELECT epoch FROM leases", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        shadow_epoch, 999_999,
+        "control: the caller's unqualified table is evil.leases"
+    );
+    app.batch_execute("SET search_path = pg_temp, evil, pg_catalog")
+        .await
+        .unwrap();
+    let temp_epoch: i64 = app
+        .query_one("SELECT epoch FROM leases", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        temp_epoch, 888_888,
+        "control: pg_temp first gives the temp table"
+    );
+    su.batch_execute("TRUNCATE evil.log").await.unwrap();
+
+    for (i, path) in [
+        "evil, pg_catalog, pg_temp, public",
+        "pg_temp, evil, pg_catalog",
+        "evil, pg_temp, lease, pg_catalog",
+    ]
+    .iter()
+    .enumerate()
+    {
+        app.batch_execute(&format!("SET search_path = {path}"))
+            .await
+            .unwrap();
+        admin
+            .batch_execute(&format!("SET search_path = {path}"))
+            .await
+            .unwrap();
+        exercise_api(&app, &admin, &format!("s{i}/")).await;
+        let used: Vec<String> = su
+            .query("SELECT format('%s as %s', what, who) FROM evil.log", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            used.is_empty(),
+            "with search_path {path} the API used shadows: {used:?}"
+        );
+    }
+}
