@@ -29,7 +29,9 @@ ALTER TABLE lease.leases ADD COLUMN prior_expires_at timestamptz;
 
 -- ---------------------------------------------------------------------------------------------------
 -- lease.acquire: as in 0.1.0, and a grant clears the waiter mark (waiters of the previous grant
--- re-register if they lose the race for the key).
+-- re-register if they lose the race for the key). A blocking acquire (wait > 0) runs each attempt as a
+-- non-blocking acquire in a subtransaction and rolls a refused attempt back before sleeping, so it
+-- never sleeps holding a row lock.
 -- ---------------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION lease.acquire(
     key text, owner text, ttl interval, wait interval DEFAULT interval '0',
@@ -66,6 +68,40 @@ BEGIN
         v_deadline := pg_catalog.clock_timestamp() + v_wait_s * interval '1 second';
     END IF;
 
+    IF v_deadline IS NOT NULL THEN
+        -- Blocking: each attempt is a non-blocking acquire in a subtransaction. A refused attempt is
+        -- rolled back, so the sleep below holds no row lock (PostgreSQL keeps the row lock of an
+        -- UPDATE whose re-check failed after it raced a concurrent change of the row).
+        LOOP
+            BEGIN
+                SELECT a.acquired, a.epoch, a.expires_at
+                  INTO acquire.acquired, acquire.epoch, acquire.expires_at
+                  FROM lease.acquire(acquire.key, acquire.owner, acquire.ttl) AS a;
+                IF acquire.acquired THEN
+                    RETURN;
+                END IF;
+                RAISE no_data_found;             -- roll back the refused attempt and its locks
+            EXCEPTION WHEN no_data_found THEN
+                NULL;
+            END;
+            -- Held by another owner (as of a moment ago): sleep to the next poll, but never past the
+            -- holder's expiry or our deadline. A plain read, no lock.
+            SELECT l.expires_at INTO v_expires_at
+              FROM lease.leases AS l
+             WHERE l.key = acquire.key AND l.owner IS NOT NULL;
+            v_now := pg_catalog.clock_timestamp();
+            IF v_now >= v_deadline THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = '57014',
+                    MESSAGE = 'lease.acquire: wait bound exceeded for key ' || pg_catalog.quote_literal(acquire.key),
+                    DETAIL  = 'The key is held by another owner until ' || v_expires_at || '.',
+                    HINT    = 'Retry later, or wait longer than the holder''s remaining time.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', LEAST(interval '50 milliseconds',
+                COALESCE(v_expires_at - v_now, interval '0'), v_deadline - v_now)));
+        END LOOP;
+    END IF;
+
     LOOP
         -- A FREE or LAPSED key: grant it with the next epoch. The row lock taken here is the only one
         -- acquire ever takes; a concurrent grant makes this UPDATE re-check the row and skip it.
@@ -97,30 +133,18 @@ BEGIN
          WHERE l.key = acquire.key;
 
         IF FOUND THEN
-            v_now := pg_catalog.clock_timestamp();
-            IF v_owner IS NULL OR v_expires_at <= v_now THEN
+            IF v_owner IS NULL OR v_expires_at <= pg_catalog.clock_timestamp() THEN
                 CONTINUE;                    -- freed or lapsed since the UPDATE: try again
             ELSIF v_owner = acquire.owner THEN
                 acquire.acquired := true;    -- already ours: idempotent, nothing changes
                 acquire.epoch := v_epoch;
                 acquire.expires_at := v_expires_at;
-                RETURN;
-            ELSIF v_deadline IS NULL THEN
-                acquire.acquired := false;   -- held by another owner, no waiting asked for
+            ELSE
+                acquire.acquired := false;   -- held by another owner
                 acquire.epoch := NULL;
                 acquire.expires_at := NULL;
-                RETURN;
-            ELSIF v_now >= v_deadline THEN
-                RAISE EXCEPTION USING
-                    ERRCODE = '57014',
-                    MESSAGE = 'lease.acquire: wait bound exceeded for key ' || pg_catalog.quote_literal(acquire.key),
-                    DETAIL  = 'The key is held by another owner until ' || v_expires_at || '.',
-                    HINT    = 'Retry later, or wait longer than the holder''s remaining time.';
             END IF;
-            -- Sleep to the next poll, but never past the holder's expiry or our deadline.
-            PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch',
-                LEAST(interval '50 milliseconds', v_expires_at - v_now, v_deadline - v_now)));
-            CONTINUE;
+            RETURN;
         END IF;
 
         -- No row: the key is new (or was purged). Create it above the epoch floor. The KEY SHARE lock on
@@ -135,8 +159,7 @@ BEGIN
              INTO acquire.acquired, acquire.epoch, acquire.expires_at, v_locked_at;
         IF FOUND THEN
             IF v_locked_at - v_now > interval '1 millisecond' THEN
-                -- We waited for the row (a locker that changed nothing, or rolled back): the grant
-                -- stands, since a FREE or LAPSED key stays so, but its ttl counts from now.
+                -- We waited for a concurrent creator that rolled back: count the ttl from now.
                 UPDATE lease.leases AS l
                    SET expires_at = v_locked_at + v_ttl
                  WHERE l.key = acquire.key

@@ -1,0 +1,353 @@
+//! A small isolation tester in the spirit of PostgreSQL's `src/test/isolation`: named sessions (each
+//! its own connection as the role `app`), named SQL steps, and an explicit permutation of step names.
+//!
+//! Steps and setup name the key they work on `'k'`; every run of a permutation replaces `'k'` with a
+//! key of its own (`'iso<n>/k'`, in the shared database), so each run starts from a key that was
+//! never used, and transcripts show the SQL as written.
+//!
+//! Steps run one at a time, in the permutation's order. After starting a step the runner waits until
+//! it either completes or is seen *blocked* from a separate observer connection (a superuser):
+//!
+//! - a heavyweight-lock wait on another session of the spec, by
+//!   `pg_isolation_test_session_is_blocked(pid, '{pids}')` (row locks and primary-key waits show up
+//!   there);
+//! - a blocking acquire's sleep between polls, by `pg_stat_activity.wait_event = 'PgSleep'`.
+//!
+//! A blocked step is recorded as `<waiting ...>` and the permutation goes on. After every later step,
+//! each waiting step (in the order they started) is checked the same way: completed steps are
+//! recorded as `<... completed>` with their result, the others keep waiting. Whatever still waits at
+//! the end of the permutation is waited for, in the order it started.
+//!
+//! A lock waiter is woken by the lock manager before the waking step returns, so the check right
+//! after that step is exact. A sleeping acquire only re-checks every 50 ms, so the step expected to
+//! wake it is named in the permutation, as in PostgreSQL's specs: `"s2_acquire(s1_release)"`. The
+//! runner then waits for `s2_acquire` to complete once `s1_release` has completed (and records it
+//! if it completes any earlier, which then shows in the transcript).
+//!
+//! Steps of *timer* sessions only wait for the server clock (a `pg_sleep` loop, e.g. until a lease
+//! has lapsed); they are never reported as waiting, the runner just lets them finish.
+//!
+//! The transcript reads like PostgreSQL's expected files: `step NAME: SQL`, then for each result set a
+//! header line and one line per row (columns joined by `|`, NULL as nothing), or `ERROR: SQLSTATE`.
+//! Steps therefore select booleans, epochs and statuses, never timestamps or pids.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use pglease_tests::{backend_pid, server};
+use tokio::task::JoinHandle;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// How long any single step may run (or a woken step may take to finish) before the spec fails.
+const STEP_LIMIT: Duration = Duration::from_secs(60);
+
+/// Numbers the runs, for their keys.
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// A spec: sessions with their steps. Run permutations of the steps with [`Spec::check`].
+#[derive(Default)]
+pub struct Spec {
+    setup: Vec<String>,
+    sessions: Vec<SessionDef>,
+}
+
+struct SessionDef {
+    name: String,
+    /// Whether a `pg_sleep` in this session's steps counts as waiting (false for timer sessions).
+    sleep_is_waiting: bool,
+    steps: Vec<(String, String)>,
+}
+
+type StepResult = Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>;
+
+/// A session of a running permutation.
+struct Live {
+    client: Arc<Client>,
+    pid: i32,
+    sleep_is_waiting: bool,
+}
+
+/// A step that was seen blocked and has not completed yet.
+struct Waiting {
+    step: String,
+    session: usize,
+    /// The step after which this one is expected to complete (the permutation's annotation).
+    woken_by: Option<String>,
+    /// Whether `woken_by` has completed: the runner then waits for this step to complete.
+    due: bool,
+    handle: JoinHandle<StepResult>,
+}
+
+impl Spec {
+    /// An empty spec.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// SQL run as `app` before the sessions connect (not in the transcript).
+    pub fn setup(mut self, sql: &str) -> Self {
+        self.setup.push(sql.to_owned());
+        self
+    }
+
+    /// A session named `name` with its `(step name, SQL)` steps.
+    pub fn session(self, name: &str, steps: &[(&str, &str)]) -> Self {
+        self.add(name, true, steps)
+    }
+
+    /// A session whose steps only wait for the server clock (see the module docs).
+    pub fn timer(self, name: &str, steps: &[(&str, &str)]) -> Self {
+        self.add(name, false, steps)
+    }
+
+    fn add(mut self, name: &str, sleep_is_waiting: bool, steps: &[(&str, &str)]) -> Self {
+        self.sessions.push(SessionDef {
+            name: name.to_owned(),
+            sleep_is_waiting,
+            steps: steps
+                .iter()
+                .map(|(n, sql)| ((*n).to_owned(), (*sql).to_owned()))
+                .collect(),
+        });
+        self
+    }
+
+    /// Runs `permutation` on a key of its own and asserts that its transcript is `expected`
+    /// (compared line by line, ignoring indentation and blank lines).
+    pub async fn check(&self, permutation: &[&str], expected: &str) {
+        let got = self.run(permutation).await;
+        let want = normalise(expected);
+        assert!(
+            got == want,
+            "transcript of permutation {permutation:?} differs\n--- expected\n{want}--- got\n{got}"
+        );
+    }
+
+    /// Runs `permutation` on a key of its own and returns its transcript.
+    pub async fn run(&self, permutation: &[&str]) -> String {
+        let key = format!("'iso{}/k'", RUNS.fetch_add(1, Ordering::Relaxed));
+        let own_key = |sql: &str| sql.replace("'k'", &key);
+        let steps: HashMap<&str, (usize, &str)> = self
+            .sessions
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                s.steps
+                    .iter()
+                    .map(move |(n, sql)| (n.as_str(), (i, sql.as_str())))
+            })
+            .collect();
+
+        let srv = server();
+        if !self.setup.is_empty() {
+            let c = srv.app().await;
+            let setup = own_key(&self.setup.join(";\n"));
+            c.batch_execute(&setup).await.expect("spec setup");
+        }
+        let mut run = Run {
+            observer: srv.connect_super("postgres").await,
+            sessions: Vec::new(),
+            pids: Vec::new(),
+            waiting: Vec::new(),
+            transcript: String::new(),
+        };
+        for def in &self.sessions {
+            let client = srv.app().await;
+            let pid = backend_pid(&client).await;
+            run.pids.push(pid);
+            run.sessions.push(Live {
+                client: Arc::new(client),
+                pid,
+                sleep_is_waiting: def.sleep_is_waiting,
+            });
+        }
+
+        for entry in permutation {
+            let (name, woken_by) = match entry.split_once('(') {
+                Some((n, rest)) => (n, Some(rest.trim_end_matches(')').to_owned())),
+                None => (*entry, None),
+            };
+            let &(session, sql) = steps
+                .get(name)
+                .unwrap_or_else(|| panic!("permutation names an unknown step {name:?}"));
+            if let Some(w) = run.waiting.iter().find(|w| w.session == session) {
+                panic!(
+                    "step {name} runs in session {} while its step {} still waits",
+                    self.sessions[session].name, w.step
+                );
+            }
+            run.start(name, session, sql, &own_key(sql), woken_by).await;
+            run.after_step().await;
+        }
+        while !run.waiting.is_empty() {
+            let mut w = run.waiting.remove(0);
+            let result = run.finish(&w.step, &mut w.handle).await;
+            run.completed(&w.step, Some(result));
+        }
+        run.transcript
+    }
+}
+
+struct Run {
+    observer: Client,
+    sessions: Vec<Live>,
+    pids: Vec<i32>,
+    waiting: Vec<Waiting>,
+    transcript: String,
+}
+
+impl Run {
+    /// Starts a step (`sql` as written, `run` as executed) and records it: with its result if it
+    /// completes, as waiting if it blocks.
+    async fn start(
+        &mut self,
+        name: &str,
+        session: usize,
+        sql: &str,
+        run: &str,
+        woken_by: Option<String>,
+    ) {
+        let shown = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        write!(self.transcript, "step {name}: {shown}").unwrap();
+        let client = Arc::clone(&self.sessions[session].client);
+        let sql = run.to_owned();
+        let mut handle = tokio::spawn(async move { client.simple_query(&sql).await });
+        match self.settle(name, session, &mut handle).await {
+            Some(result) => {
+                self.transcript.push('\n');
+                render(&mut self.transcript, result);
+                self.completed(name, None);
+            }
+            None => {
+                self.transcript.push_str(" <waiting ...>\n");
+                self.waiting.push(Waiting {
+                    step: name.to_owned(),
+                    session,
+                    woken_by,
+                    due: false,
+                    handle,
+                });
+            }
+        }
+    }
+
+    /// After a step: records the waiting steps that have completed since, in the order they started.
+    /// A step whose annotated waker has completed is waited for; the others are settled.
+    async fn after_step(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let mut w = self.waiting.remove(i);
+            let result = if w.due {
+                Some(self.finish(&w.step, &mut w.handle).await)
+            } else {
+                self.settle(&w.step, w.session, &mut w.handle).await
+            };
+            match result {
+                Some(result) => self.completed(&w.step, Some(result)),
+                None => {
+                    self.waiting.insert(i, w);
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// Records that `step` completed (`result`: it had been waiting) and marks the steps it wakes.
+    fn completed(&mut self, step: &str, result: Option<StepResult>) {
+        if let Some(result) = result {
+            writeln!(self.transcript, "step {step}: <... completed>").unwrap();
+            render(&mut self.transcript, result);
+        }
+        for w in &mut self.waiting {
+            w.due |= w.woken_by.as_deref() == Some(step);
+        }
+    }
+
+    /// Waits until the step completes (its result) or is seen blocked (`None`).
+    async fn settle(
+        &self,
+        step: &str,
+        session: usize,
+        handle: &mut JoinHandle<StepResult>,
+    ) -> Option<StepResult> {
+        let deadline = Instant::now() + STEP_LIMIT;
+        loop {
+            if let Ok(joined) = tokio::time::timeout(Duration::from_millis(5), &mut *handle).await {
+                return Some(joined.expect("step task"));
+            }
+            if self.is_blocked(&self.sessions[session]).await {
+                return None;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "step {step} neither completed nor blocked within {STEP_LIMIT:?}\n{}",
+                self.transcript
+            );
+        }
+    }
+
+    /// Waits for a step to complete.
+    async fn finish(&self, step: &str, handle: &mut JoinHandle<StepResult>) -> StepResult {
+        match tokio::time::timeout(STEP_LIMIT, handle).await {
+            Ok(joined) => joined.expect("step task"),
+            Err(_) => panic!(
+                "step {step} did not complete within {STEP_LIMIT:?}\n{}",
+                self.transcript
+            ),
+        }
+    }
+
+    /// Whether the session's backend waits for a lock held by another session of the spec, or (unless
+    /// it is a timer session) sleeps in a blocking acquire's poll loop.
+    async fn is_blocked(&self, s: &Live) -> bool {
+        self.observer
+            .query_one(
+                "SELECT pg_catalog.pg_isolation_test_session_is_blocked($1, $2)
+                     OR ($3 AND EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+                                         WHERE pid = $1 AND wait_event = 'PgSleep'))",
+                &[&s.pid, &self.pids, &s.sleep_is_waiting],
+            )
+            .await
+            .expect("observe the session")
+            .get(0)
+    }
+}
+
+/// Appends a step's result: per result set a header and its rows, or the error's SQLSTATE.
+fn render(out: &mut String, result: StepResult) {
+    match result {
+        Ok(messages) => {
+            for m in messages {
+                match m {
+                    SimpleQueryMessage::RowDescription(columns) => {
+                        let names: Vec<&str> = columns.iter().map(|c| c.name()).collect();
+                        writeln!(out, "{}", names.join("|")).unwrap();
+                    }
+                    SimpleQueryMessage::Row(row) => {
+                        let values: Vec<&str> =
+                            (0..row.len()).map(|i| row.get(i).unwrap_or("")).collect();
+                        writeln!(out, "{}", values.join("|")).unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Err(e) => match e.code() {
+            Some(code) => writeln!(out, "ERROR: {}", code.code()).unwrap(),
+            None => panic!("step failed without a server error: {e}"),
+        },
+    }
+}
+
+/// An expected transcript as the runner writes it: lines trimmed, blank lines dropped.
+fn normalise(expected: &str) -> String {
+    expected
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
