@@ -13,6 +13,17 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\n==> %s\n' "$*"; }
 
+# Every test run has a hard time limit: a hung test fails the run (with this message) instead of
+# stalling it. The limits are far above the suites' normal run times.
+bounded() {
+  local limit=$1; shift
+  timeout --kill-after=30 "$limit" "$@" || {
+    rc=$?
+    [ "$rc" -eq 124 ] && echo "scripts/test.sh: '$*' did not finish within $limit" >&2
+    return "$rc"
+  }
+}
+
 # Debian tools the suites drive for real: PgBouncer (the client's pooler fallback) and tmux (the
 # CLI's terminal test). Installed when missing; as a non-root user, install them yourself.
 need=()
@@ -49,11 +60,11 @@ say "PostgreSQL versions under test: $(echo $versions)"
 "$pgcluster" fetch $versions
 
 say "unit and crate tests"
-cargo test --workspace --exclude pglease-tests --quiet
+bounded 20m cargo test --workspace --exclude pglease-tests --quiet
 
 for v in $versions; do
   say "integration suites on PostgreSQL $v"
-  PGLEASE_PG_VERSION=$v cargo test -p pglease-tests --quiet
+  PGLEASE_PG_VERSION=$v bounded 20m cargo test -p pglease-tests --quiet
 done
 
 say "all suites passed on PostgreSQL $(echo $versions)"

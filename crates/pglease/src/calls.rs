@@ -31,6 +31,12 @@ use crate::error::{Error, Result};
 ///
 /// It is a valid `interval` above every limit of the SQL API, so the server answers SQLSTATE `22023`
 /// with a DETAIL saying which argument is too long.
+///
+/// # Examples
+///
+/// ```
+/// assert!(pglease::MAX_DURATION > std::time::Duration::from_secs(365 * 86_400));
+/// ```
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// `d` in whole microseconds, rounded down, at most [`MAX_DURATION`].
@@ -41,6 +47,19 @@ pub(crate) fn micros(d: Duration) -> i64 {
 }
 
 /// A lease granted by [`acquire`]: the fencing epoch and the expiry, both decided by the server.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+/// let ttl = Duration::from_secs(30);
+/// if let Some(grant) = pglease::acquire(db, "job-42", "worker-a1", ttl, Duration::ZERO).await? {
+///     println!("epoch {} until {:?}", grant.epoch, grant.expires_at);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Grant {
     /// The fencing epoch of this grant; greater than every earlier epoch of the key.
@@ -53,6 +72,15 @@ pub struct Grant {
 ///
 /// The refusals are reported in this precedence: [`Status::NotOwner`], then [`Status::Lapsed`],
 /// then [`Status::EpochMismatch`]. A refused call changed nothing.
+///
+/// # Examples
+///
+/// ```
+/// use pglease::Status;
+/// let status: Status = "not_owner".parse().unwrap();
+/// assert!(!status.is_ok());
+/// assert_eq!(status, Status::NotOwner);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     /// `ok`: the owner held the key at that epoch; the call took effect.
@@ -83,6 +111,13 @@ impl Status {
     }
 
     /// Whether the call took effect (`ok`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(pglease::Status::Ok.is_ok());
+    /// assert!(!pglease::Status::Lapsed.is_ok());
+    /// ```
     pub const fn is_ok(self) -> bool {
         matches!(self, Status::Ok)
     }
@@ -123,6 +158,20 @@ impl fmt::Display for Status {
 }
 
 /// The outcome of [`renew`]: the status and, when it is [`Status::Ok`], the new expiry.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client, epoch: i64) -> pglease::Result<()> {
+/// let ttl = std::time::Duration::from_secs(30);
+/// let renewal = pglease::renew(db, "job-42", "worker-a1", epoch, ttl).await?;
+/// match renewal.expires_at {
+///     Some(at) => println!("renewed until {at:?}"),
+///     None => println!("refused: {}", renewal.status),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Renewal {
     /// Whether the renewal took effect, and if not, why.
@@ -132,6 +181,17 @@ pub struct Renewal {
 }
 
 /// A key's state as the server judges it now, from [`inspect`] and [`list`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// if let Some(state) = pglease::inspect(db, "job-42").await? {
+///     println!("held={} owner={:?} epoch={}", state.held, state.owner, state.epoch);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseState {
     /// Whether an owner holds the key now (granted and not lapsed).
@@ -146,6 +206,17 @@ pub struct LeaseState {
 }
 
 /// One row of [`list`]: a key and its state.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// for listed in pglease::list(db, None).await? {
+///     println!("{}: {:?}", listed.key, listed.state);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListedLease {
     /// The key.
@@ -433,6 +504,245 @@ pub async fn purge<C: GenericClient>(client: &C, older_than: Duration) -> Result
     purged
         .and_then(|n| u64::try_from(n).ok())
         .ok_or_else(|| Error::protocol(format!("lease.purge returned {purged:?}")))
+}
+
+/// The answer of [`register_waiter`]: the holder the waiter waits for, and when its lease lapses.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let waiter = pglease::register_waiter(db, "job-42").await?;
+/// if waiter.held {
+///     println!("held by {:?} for {:?}", waiter.owner, waiter.lapses_in);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Waiter {
+    /// Whether an owner holds the key now. `false`: the key is free, lapsed or unknown, so acquire
+    /// it now (the other fields are `None`).
+    pub held: bool,
+    /// The holder: `Some` exactly when `held`.
+    pub owner: Option<String>,
+    /// The holder's epoch: `Some` exactly when `held`.
+    pub epoch: Option<i64>,
+    /// The holder's expiry (server time): `Some` exactly when `held`.
+    pub expires_at: Option<SystemTime>,
+    /// How long until the holder's lease lapses, measured on the server clock when the call ran
+    /// (rounded up to whole microseconds): `Some` exactly when `held`.
+    pub lapses_in: Option<Duration>,
+}
+
+const REGISTER_WAITER: &str = "SELECT held, owner, epoch, expires_at, \
+     ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.register_waiter($1)";
+const FENCE: &str = "SELECT lease.fence($1, $2, $3)";
+/// As ACQUIRE, plus the time left until the returned expiry, read on the server clock *after* the
+/// call ran (so it never overstates what is left).
+const ACQUIRE_TIMED: &str = "SELECT a.acquired, a.epoch, a.expires_at, \
+     floor(extract(epoch FROM a.expires_at - clock_timestamp()) * 1000000)::bigint \
+     FROM lease.acquire($1, $2, $3::bigint * interval '1 microsecond') AS a";
+/// As RENEW, plus the time left (see ACQUIRE_TIMED).
+const RENEW_TIMED: &str = "SELECT r.status, r.expires_at, \
+     floor(extract(epoch FROM r.expires_at - clock_timestamp()) * 1000000)::bigint \
+     FROM lease.renew($1, $2, $3, $4::bigint * interval '1 microsecond') AS r";
+
+/// Marks `key` as awaited, so that its holder's release notifies channel `pg_lease_released`
+/// (payload: the key), and reports the holder and how long until its lease lapses.
+///
+/// For clients that wait without polling: `LISTEN pg_lease_released` first, then call this; if
+/// [`Waiter::held`] is `false`, acquire now; otherwise sleep until the notification for the key or
+/// until [`Waiter::lapses_in`] has passed, whichever comes first, then acquire (and register again
+/// if another waiter won). The mark is cleared by the key's next grant. [`crate::Client::acquire`]
+/// does all of this for you, on one shared `LISTEN` connection per client.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): empty key, or a key over 1024 bytes.
+/// - any other server error, [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Cancel safety
+///
+/// Not cancel safe in the usual sense (the statement may still run), but harmless: the only effect
+/// is the mark, which costs the holder one notification.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// client.batch_execute("LISTEN pg_lease_released").await?;
+/// let waiter = pglease::register_waiter(client, "job-42").await?;
+/// match waiter.lapses_in {
+///     Some(lapses_in) => println!("held by {:?}; lapses in {lapses_in:?}", waiter.owner),
+///     None => println!("free: acquire now"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn register_waiter<C: GenericClient>(client: &C, key: &str) -> Result<Waiter> {
+    const CALL: &str = "lease.register_waiter";
+    let rows = client
+        .query_typed(REGISTER_WAITER, &[(&key, Type::TEXT)])
+        .await?;
+    let row = one_row(rows, CALL)?;
+    let held: Option<bool> = get(&row, 0, CALL)?;
+    let owner: Option<String> = get(&row, 1, CALL)?;
+    let epoch: Option<i64> = get(&row, 2, CALL)?;
+    let expires_at: Option<SystemTime> = get(&row, 3, CALL)?;
+    let lapses_in: Option<i64> = get(&row, 4, CALL)?;
+    match held {
+        Some(true) if owner.is_some() && epoch.is_some() && expires_at.is_some() => {
+            let lapses_in = lapses_in
+                .map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)))
+                .ok_or_else(|| Error::protocol(format!("{CALL} returned a NULL lapses_in")))?;
+            Ok(Waiter {
+                held: true,
+                owner,
+                epoch,
+                expires_at,
+                lapses_in: Some(lapses_in),
+            })
+        }
+        Some(false) if owner.is_none() && epoch.is_none() && expires_at.is_none() => Ok(Waiter {
+            held: false,
+            owner: None,
+            epoch: None,
+            expires_at: None,
+            lapses_in: None,
+        }),
+        _ => Err(Error::protocol(format!(
+            "{CALL} returned (held, owner, epoch, expires_at, lapses_in) = \
+             ({held:?}, {owner:?}, {epoch:?}, {expires_at:?}, {lapses_in:?})"
+        ))),
+    }
+}
+
+/// Guards the writes of the caller's transaction: checks that `owner` holds `key` at `epoch` now
+/// and locks the key's row (`FOR SHARE`) until the transaction ends, so no takeover, release or
+/// renew of the key can commit before the guarded writes do; returns the lease's expiry.
+///
+/// Call it inside a transaction, before the writes it guards. [`crate::Lease::fence`] and
+/// [`crate::Fence::check`] call it with a lease's own key, owner and epoch.
+///
+/// # Errors
+///
+/// - [`Error::is_fenced`]: SQLSTATE `LE001` (`owner` does not hold `key`), `LE002` (its lease
+///   lapsed) or `LE003` (it holds `key` at another epoch). The transaction is aborted: roll it
+///   back and stop acting on the lease.
+/// - [`Error::is_invalid_input`] (`22023`): bad key or owner (as for [`acquire`]).
+/// - any other server error, [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Cancel safety
+///
+/// Dropping the future after the statement was sent leaves the transaction in an unknown state;
+/// roll it back (dropping a `Transaction` does).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &mut tokio_postgres::Client, epoch: i64) -> pglease::Result<()> {
+/// let tx = client.transaction().await?;
+/// pglease::fence(&tx, "job-42", "worker-a1", epoch).await?;
+/// tx.execute("UPDATE jobs SET done = true WHERE id = 42", &[]).await?;
+/// tx.commit().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn fence<C: GenericClient>(
+    client: &C,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+) -> Result<SystemTime> {
+    const CALL: &str = "lease.fence";
+    let rows = client
+        .query_typed(
+            FENCE,
+            &[
+                (&key, Type::TEXT),
+                (&owner, Type::TEXT),
+                (&epoch, Type::INT8),
+            ],
+        )
+        .await?;
+    let row = one_row(rows, CALL)?;
+    let expires_at: Option<SystemTime> = get(&row, 0, CALL)?;
+    expires_at.ok_or_else(|| Error::protocol(format!("{CALL} returned NULL")))
+}
+
+/// A grant together with the time left on it, measured on the server clock after the call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TimedGrant {
+    pub(crate) grant: Grant,
+    pub(crate) remaining: Duration,
+}
+
+/// [`acquire`] without waiting, also reporting the time left on the grant (for a fresh grant about
+/// `ttl`; for a grant the owner already held, what is left of it).
+pub(crate) async fn acquire_timed<C: GenericClient>(
+    client: &C,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Option<TimedGrant>> {
+    const CALL: &str = "lease.acquire";
+    let ttl = micros(ttl);
+    let rows = client
+        .query_typed(
+            ACQUIRE_TIMED,
+            &[(&key, Type::TEXT), (&owner, Type::TEXT), (&ttl, Type::INT8)],
+        )
+        .await?;
+    let row = one_row(rows, CALL)?;
+    let acquired: Option<bool> = get(&row, 0, CALL)?;
+    let epoch: Option<i64> = get(&row, 1, CALL)?;
+    let expires_at: Option<SystemTime> = get(&row, 2, CALL)?;
+    let remaining: Option<i64> = get(&row, 3, CALL)?;
+    match (acquired, epoch, expires_at, remaining) {
+        (Some(true), Some(epoch), Some(expires_at), Some(remaining)) => Ok(Some(TimedGrant {
+            grant: Grant { epoch, expires_at },
+            remaining: Duration::from_micros(u64::try_from(remaining).unwrap_or(0)),
+        })),
+        (Some(false), None, None, None) => Ok(None),
+        other => Err(Error::protocol(format!(
+            "{CALL} returned (acquired, epoch, expires_at, remaining) = {other:?}"
+        ))),
+    }
+}
+
+/// [`renew`], also reporting the time left on the renewed lease (`None` unless `ok`).
+pub(crate) async fn renew_timed<C: GenericClient>(
+    client: &C,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+    ttl: Duration,
+) -> Result<(Renewal, Option<Duration>)> {
+    const CALL: &str = "lease.renew";
+    let ttl = micros(ttl);
+    let rows = client
+        .query_typed(
+            RENEW_TIMED,
+            &[
+                (&key, Type::TEXT),
+                (&owner, Type::TEXT),
+                (&epoch, Type::INT8),
+                (&ttl, Type::INT8),
+            ],
+        )
+        .await?;
+    let row = one_row(rows, CALL)?;
+    let status = status(&row, CALL)?;
+    let expires_at: Option<SystemTime> = get(&row, 1, CALL)?;
+    let remaining: Option<i64> = get(&row, 2, CALL)?;
+    if status.is_ok() != expires_at.is_some() || expires_at.is_some() != remaining.is_some() {
+        return Err(Error::protocol(format!(
+            "{CALL} returned status {status} with expires_at {expires_at:?}"
+        )));
+    }
+    let remaining = remaining.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
+    Ok((Renewal { status, expires_at }, remaining))
 }
 
 /// The only row of `rows`.

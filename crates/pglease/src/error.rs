@@ -1,16 +1,27 @@
 //! The error type of every fallible call in this crate.
 //!
 //! [`Error`] is opaque: callers classify it with predicates ([`Error::is_invalid_input`],
-//! [`Error::is_wait_timeout`], [`Error::is_connection`], ...) and read a server error's fields with
-//! [`Error::code`], [`Error::message`], [`Error::detail`] and [`Error::hint`]. The representation is
-//! private so that new kinds can be added without breaking callers.
+//! [`Error::is_wait_timeout`], [`Error::is_connection`], [`Error::is_lease_lost`],
+//! [`Error::is_fenced`], ...) and read a server error's fields with [`Error::code`],
+//! [`Error::message`], [`Error::detail`] and [`Error::hint`]. The representation is private so that
+//! new kinds can be added without breaking callers.
 
 use std::error::Error as StdError;
 use std::fmt;
 
+use crate::lease::LostReason;
 use crate::sqlstate;
 
 /// A `Result` whose error type defaults to [`Error`].
+///
+/// # Examples
+///
+/// ```
+/// fn parse(s: &str) -> pglease::Result<pglease::Status> {
+///     s.parse()
+/// }
+/// assert!(parse("ok").is_ok());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An error from a pg_lease call, the installer or the version check.
@@ -29,6 +40,27 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// - an **install** error ([`Error::is_install`]): the installer found a state it will not change.
 /// - **not installed** ([`Error::is_not_installed`]) and **version mismatch**
 ///   ([`Error::is_version_mismatch`]), from [`crate::check_version`] and the installer.
+/// - **lease lost** ([`Error::is_lease_lost`]): a [`crate::Lease`] ended before the call could use
+///   it; [`Error::lost_reason`] says why.
+/// - **fenced** ([`Error::is_fenced`]): `lease.fence` refused a guarded transaction (SQLSTATE
+///   `LE001`, `LE002` or `LE003`, a server error, so [`Error::code`] is `Some`).
+/// - a **client-side timeout** of [`crate::Client::acquire`] ([`Error::is_wait_timeout`], no code),
+///   a **client-side invalid argument** ([`Error::is_invalid_input`], no code) and a **closed**
+///   client ([`Error::is_closed`]).
+///
+/// # Examples
+///
+/// ```
+/// # fn demo(e: pglease::Error) {
+/// if e.is_fenced() {
+///     println!("stale lease ({:?}): roll back and stop", e.code());
+/// } else if e.is_lease_lost() {
+///     println!("lease lost: {:?}", e.lost_reason());
+/// } else if e.is_connection() {
+///     println!("no answer; the outcome is unknown");
+/// }
+/// # }
+/// ```
 ///
 /// No tokio-postgres type appears in this type's API; [`std::error::Error::source`] returns the
 /// underlying client error for connection errors only. A server error is described completely by its
@@ -60,6 +92,14 @@ enum Kind {
     NotInstalled,
     /// pg_lease is installed, at a version other than this library's.
     VersionMismatch { expected: String, found: String },
+    /// The lease ended (lost, released or shut down) before or during the call.
+    LeaseLost(LostReason),
+    /// A client-side deadline passed (`Client::acquire`'s timeout).
+    Timeout(String),
+    /// A client-side argument was rejected before anything was sent.
+    InvalidArgument(String),
+    /// The client was shut down.
+    Closed,
 }
 
 impl Error {
@@ -79,6 +119,36 @@ impl Error {
         Error::new(Kind::NotInstalled, None)
     }
 
+    pub(crate) fn lease_lost(reason: LostReason) -> Error {
+        Error::new(Kind::LeaseLost(reason), None)
+    }
+
+    pub(crate) fn timeout(message: impl Into<String>) -> Error {
+        Error::new(Kind::Timeout(message.into()), None)
+    }
+
+    pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
+        Error::new(Kind::InvalidArgument(message.into()), None)
+    }
+
+    pub(crate) fn closed() -> Error {
+        Error::new(Kind::Closed, None)
+    }
+
+    pub(crate) fn connection(cause: impl Into<Box<dyn StdError + Send + Sync>>) -> Error {
+        Error::new(Kind::Connection, Some(cause.into()))
+    }
+
+    /// A pool error: backend errors keep their classification; anything else (a pool timeout, a
+    /// closed pool, a hook failure) is a connection error.
+    pub(crate) fn pool(e: deadpool_postgres::PoolError) -> Error {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => Error::from(e),
+            deadpool_postgres::PoolError::Closed => Error::closed(),
+            other => Error::connection(other.to_string()),
+        }
+    }
+
     pub(crate) fn version_mismatch(expected: &str, found: &str) -> Error {
         Error::new(
             Kind::VersionMismatch {
@@ -93,6 +163,18 @@ impl Error {
     ///
     /// Any code is preserved as the server sent it, pg_lease's own (see [`crate::sqlstate`]) and
     /// PostgreSQL's alike (`42501` for a missing privilege, `40001` for a serialization failure, ...).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// match e.code() {
+    ///     Some(pglease::sqlstate::FENCE_EPOCH_MISMATCH) => println!("stale epoch"),
+    ///     Some(code) => println!("server error {code}"),
+    ///     None => println!("not a server error: {e}"),
+    /// }
+    /// # }
+    /// ```
     pub fn code(&self) -> Option<&str> {
         match &self.0.kind {
             Kind::Db { code, .. } => Some(code),
@@ -100,19 +182,117 @@ impl Error {
         }
     }
 
-    /// Whether the server rejected an argument: SQLSTATE `22023` ([`sqlstate::INVALID_INPUT`]).
+    /// Whether an argument was rejected: by the server, SQLSTATE `22023`
+    /// ([`sqlstate::INVALID_INPUT`]), or by this library before sending anything (then
+    /// [`Error::code`] is `None`; e.g. a ttl too short for [`crate::ClientBuilder::safety_margin`]).
     ///
-    /// [`Error::detail`] then lists every violated constraint, separated by `"; "`.
+    /// For a server error, [`Error::detail`] lists every violated constraint, separated by `"; "`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_invalid_input() {
+    ///     println!("fix the call: {}", e.detail().unwrap_or(e.message()));
+    /// }
+    /// # }
+    /// ```
     pub fn is_invalid_input(&self) -> bool {
         self.code() == Some(sqlstate::INVALID_INPUT)
+            || matches!(self.0.kind, Kind::InvalidArgument(_))
     }
 
-    /// Whether a waiting acquire reached its deadline: SQLSTATE `57014` ([`sqlstate::WAIT_TIMEOUT`]).
+    /// Whether a waiting acquire reached its deadline: SQLSTATE `57014` ([`sqlstate::WAIT_TIMEOUT`])
+    /// from a server-side wait, or the client-side `timeout` of [`crate::Client::acquire`] (then
+    /// [`Error::code`] is `None`).
     ///
-    /// PostgreSQL uses the same code for `statement_timeout` and for a cancel request; all three
-    /// mean that the statement was cut short and granted nothing.
+    /// PostgreSQL uses the same code for `statement_timeout` and for a cancel request; all of these
+    /// mean that the wait was cut short and granted nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_wait_timeout() {
+    ///     println!("still busy; try later");
+    /// }
+    /// # }
+    /// ```
     pub fn is_wait_timeout(&self) -> bool {
-        self.code() == Some(sqlstate::WAIT_TIMEOUT)
+        self.code() == Some(sqlstate::WAIT_TIMEOUT) || matches!(self.0.kind, Kind::Timeout(_))
+    }
+
+    /// Whether `lease.fence` refused the guarded transaction: SQLSTATE `LE001` (not the owner),
+    /// `LE002` (lapsed) or `LE003` (another epoch); see [`crate::sqlstate`].
+    ///
+    /// The transaction is aborted: roll it back, and stop acting on the lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_fenced() {
+    ///     println!("stale grant ({:?}): roll back and stop", e.code());
+    /// }
+    /// # }
+    /// ```
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                sqlstate::FENCE_NOT_OWNER | sqlstate::FENCE_LAPSED | sqlstate::FENCE_EPOCH_MISMATCH
+            )
+        )
+    }
+
+    /// Whether the call needed a lease that has ended: lost (expired, taken over, released
+    /// elsewhere), released, or ended by [`crate::Client::shutdown`]. [`Error::lost_reason`] says
+    /// which.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_lease_lost() {
+    ///     println!("stop acting on the lease");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self.0.kind, Kind::LeaseLost(_))
+    }
+
+    /// Why the lease ended, for [`Error::is_lease_lost`]; `None` for every other kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if let Some(reason) = e.lost_reason() {
+    ///     println!("the lease ended: {reason}");
+    /// }
+    /// # }
+    /// ```
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        match self.0.kind {
+            Kind::LeaseLost(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Whether the [`crate::Client`] was shut down ([`crate::Client::shutdown`]) or its pool closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_closed() {
+    ///     println!("the client was shut down");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        matches!(self.0.kind, Kind::Closed)
     }
 
     /// Whether the call got no answer (closed connection, I/O or TLS failure, malformed message).
@@ -120,31 +300,89 @@ impl Error {
     /// The outcome of such a call is unknown: an acquire may have been granted, a release may have
     /// freed the key. Reconnect and [`crate::inspect`] the key, or retry (acquire is idempotent for
     /// the same owner).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_connection() {
+    ///     println!("no answer: the outcome is unknown; inspect the key or retry");
+    /// }
+    /// # }
+    /// ```
     pub fn is_connection(&self) -> bool {
         matches!(self.0.kind, Kind::Connection)
     }
 
     /// Whether the server answered in a shape pg_lease's SQL API never produces.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_protocol() {
+    ///     println!("unexpected answer; is another pg_lease version installed? {e}");
+    /// }
+    /// # }
+    /// ```
     pub fn is_protocol(&self) -> bool {
         matches!(self.0.kind, Kind::Protocol(_))
     }
 
     /// Whether the installer refused to change the database (see [`crate::install()`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_install() {
+    ///     println!("the installer refused: {}", e.message());
+    /// }
+    /// # }
+    /// ```
     pub fn is_install(&self) -> bool {
         matches!(self.0.kind, Kind::Install(_))
     }
 
     /// Whether pg_lease was found not to be installed in the database.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_not_installed() {
+    ///     println!("run pglease::install first");
+    /// }
+    /// # }
+    /// ```
     pub fn is_not_installed(&self) -> bool {
         matches!(self.0.kind, Kind::NotInstalled)
     }
 
     /// Whether pg_lease is installed at a version other than this library's [`crate::VERSION`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_version_mismatch() {
+    ///     println!("found pg_lease {:?}", e.found_version());
+    /// }
+    /// # }
+    /// ```
     pub fn is_version_mismatch(&self) -> bool {
         matches!(self.0.kind, Kind::VersionMismatch { .. })
     }
 
     /// The primary message: the server's for a server error, else this crate's description.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// eprintln!("pg_lease: {}", e.message());
+    /// # }
+    /// ```
     pub fn message(&self) -> &str {
         match &self.0.kind {
             Kind::Db { message, .. } => message,
@@ -152,12 +390,25 @@ impl Error {
             Kind::Protocol(message) | Kind::Install(message) => message,
             Kind::NotInstalled => "pg_lease is not installed in this database",
             Kind::VersionMismatch { .. } => "pg_lease is installed at another version",
+            Kind::LeaseLost(reason) => reason.as_str(),
+            Kind::Timeout(message) | Kind::InvalidArgument(message) => message,
+            Kind::Closed => "the client is shut down",
         }
     }
 
     /// The DETAIL of a server error, if it has one; `None` for every other kind.
     ///
     /// For [`Error::is_invalid_input`] it names every violated constraint, separated by `"; "`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// for violation in e.detail().unwrap_or("").split("; ") {
+    ///     eprintln!("- {violation}");
+    /// }
+    /// # }
+    /// ```
     pub fn detail(&self) -> Option<&str> {
         match &self.0.kind {
             Kind::Db { detail, .. } => detail.as_deref(),
@@ -166,6 +417,16 @@ impl Error {
     }
 
     /// The HINT of a server error, if it has one; `None` for every other kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if let Some(hint) = e.hint() {
+    ///     eprintln!("hint: {hint}");
+    /// }
+    /// # }
+    /// ```
     pub fn hint(&self) -> Option<&str> {
         match &self.0.kind {
             Kind::Db { hint, .. } => hint.as_deref(),
@@ -176,11 +437,29 @@ impl Error {
     /// The version found installed, for a version mismatch; `None` for every other kind.
     ///
     /// The expected version is this library's [`crate::VERSION`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if let Some(found) = e.found_version() {
+    ///     eprintln!("installed: {found}, expected: {}", pglease::VERSION);
+    /// }
+    /// # }
+    /// ```
     pub fn found_version(&self) -> Option<&str> {
         match &self.0.kind {
             Kind::VersionMismatch { found, .. } => Some(found),
             _ => None,
         }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Error {
+    /// Classifies a pool error: a backend error as [`From<tokio_postgres::Error>`] does, a closed
+    /// pool as [`Error::is_closed`], anything else (a timeout, a hook) as a connection error.
+    fn from(e: deadpool_postgres::PoolError) -> Error {
+        Error::pool(e)
     }
 }
 
@@ -237,6 +516,10 @@ impl fmt::Display for Error {
                 f,
                 "pg_lease {found} is installed, but this library speaks version {expected}"
             ),
+            Kind::LeaseLost(reason) => write!(f, "the lease has ended: {reason}"),
+            Kind::Timeout(message) => write!(f, "timed out: {message}"),
+            Kind::InvalidArgument(message) => write!(f, "invalid argument: {message}"),
+            Kind::Closed => f.write_str("the client is shut down"),
         }
     }
 }
@@ -267,13 +550,28 @@ mod tests {
             Error::install("y"),
             Error::not_installed(),
             Error::version_mismatch("0.1.0", "0.2.0"),
+            Error::lease_lost(LostReason::Expired),
+            Error::closed(),
         ] {
             assert_eq!(e.code(), None);
             assert!(!e.is_invalid_input() && !e.is_wait_timeout() && !e.is_connection());
+            assert!(!e.is_fenced());
             assert!(e.detail().is_none() && e.hint().is_none());
             assert!(e.source().is_none());
             assert!(!e.to_string().is_empty());
         }
+    }
+
+    #[test]
+    fn client_side_kinds_share_the_server_predicates() {
+        let timeout = Error::timeout("acquire");
+        assert!(timeout.is_wait_timeout() && timeout.code().is_none());
+        let invalid = Error::invalid_argument("ttl");
+        assert!(invalid.is_invalid_input() && invalid.code().is_none());
+        let lost = Error::lease_lost(LostReason::NotOwner);
+        assert!(lost.is_lease_lost());
+        assert_eq!(lost.lost_reason(), Some(LostReason::NotOwner));
+        assert!(Error::closed().is_closed());
     }
 
     #[test]

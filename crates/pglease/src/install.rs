@@ -13,6 +13,14 @@ use crate::error::{Error, Result};
 
 /// One script of the installation chain, embedded from `extension/sql/` (the very files
 /// `CREATE EXTENSION` runs, never copies).
+///
+/// # Examples
+///
+/// ```
+/// for step in pglease::MIGRATIONS {
+///     println!("{:?} -> {}: {}", step.from, step.to, step.file);
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Migration {
     /// The version this script upgrades from; `None` for the base install script.
@@ -29,6 +37,13 @@ pub struct Migration {
 ///
 /// `CREATE EXTENSION pg_lease` walks the same chain (PostgreSQL installs the base version and applies
 /// the upgrade scripts); [`install()`] applies the steps a database does not have yet.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::MIGRATIONS[0].from, None);
+/// assert_eq!(pglease::MIGRATIONS.last().unwrap().to, pglease::VERSION);
+/// ```
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         from: None,
@@ -45,13 +60,31 @@ pub const MIGRATIONS: &[Migration] = &[
 ];
 
 /// The extension's control file, `extension/pg_lease.control` (for tools that install the files).
+///
+/// # Examples
+///
+/// ```
+/// assert!(pglease::CONTROL.contains("default_version"));
+/// ```
 pub const CONTROL: &str = include_str!("../../../extension/pg_lease.control");
 
 /// The version of pg_lease's SQL API that this library speaks and installs.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::VERSION, "0.2.0");
+/// ```
 pub const VERSION: &str = "0.2.0";
 
 /// The key of the transaction-scoped advisory lock (`pg_advisory_xact_lock(bigint)`) that serialises
 /// installers: the bytes `pg_lease` read as a big-endian `i64`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::LOCK_KEY.to_be_bytes(), *b"pg_lease");
+/// ```
 pub const LOCK_KEY: i64 = i64::from_be_bytes(*b"pg_lease");
 
 /// A line that marks the next statement as one for `CREATE EXTENSION` only; the script installer
@@ -62,6 +95,19 @@ const EXTENSION_ONLY: &str = "-- pglease:extension-only";
 const SCHEMA: &str = "lease";
 
 /// How pg_lease got into a database.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// if let Some(found) = pglease::installed(db).await? {
+///     if found.via == pglease::Via::Script {
+///         println!("installed without the extension files");
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Via {
     /// `CREATE EXTENSION pg_lease`: the server has the extension files; PostgreSQL tracks it in
@@ -72,6 +118,16 @@ pub enum Via {
 }
 
 /// pg_lease as found installed in a database: its version and how it got there.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let found = pglease::check_version(db).await?;
+/// println!("pg_lease {} via {:?}", found.version, found.via);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Installed {
     /// The installed version of the SQL API (compare with [`VERSION`]).
@@ -79,6 +135,9 @@ pub struct Installed {
     /// Whether it was installed by `CREATE EXTENSION` or by [`install()`].
     pub via: Via,
 }
+
+// The read-only checks ([`installed`], [`check_version`]) use unnamed statements (`query_typed`),
+// so they also work through a transaction-mode pooler such as PgBouncer.
 
 /// What a database holds, as far as the installers care.
 #[derive(Debug, PartialEq, Eq)]
@@ -418,7 +477,7 @@ async fn lock<C: GenericClient>(tx: &C) -> Result<()> {
 /// What the database holds.
 async fn detect<C: GenericClient>(client: &C) -> Result<State> {
     const CALL: &str = "detecting pg_lease";
-    let row = one_row(client.query(DETECT, &[]).await?, CALL)?;
+    let row = one_row(client.query_typed(DETECT, &[]).await?, CALL)?;
     let extension: Option<String> = get(&row, 0, CALL)?;
     let schema_exists: bool = get(&row, 1, CALL)?;
     let has_migrations: bool = get(&row, 2, CALL)?;
@@ -431,7 +490,7 @@ async fn detect<C: GenericClient>(client: &C) -> Result<State> {
     }
     if has_migrations {
         let version = if readable_migrations(client).await? {
-            let rows = client.query(MIGRATIONS_LATEST, &[]).await?;
+            let rows = client.query_typed(MIGRATIONS_LATEST, &[]).await?;
             match rows.first() {
                 Some(row) => Some(get::<String>(row, 0, "lease.schema_migrations")?),
                 None => None,
@@ -453,7 +512,7 @@ async fn detect<C: GenericClient>(client: &C) -> Result<State> {
 /// Whether the current role may read `lease.schema_migrations` (which exists).
 async fn readable_migrations<C: GenericClient>(client: &C) -> Result<bool> {
     let row = one_row(
-        client.query(MIGRATIONS_READABLE, &[]).await?,
+        client.query_typed(MIGRATIONS_READABLE, &[]).await?,
         "has_table_privilege",
     )?;
     get(&row, 0, "has_table_privilege")
@@ -461,7 +520,7 @@ async fn readable_migrations<C: GenericClient>(client: &C) -> Result<bool> {
 
 /// What `lease.version()` answers.
 async fn sql_version<C: GenericClient>(client: &C) -> Result<String> {
-    let row = one_row(client.query(SQL_VERSION, &[]).await?, "lease.version")?;
+    let row = one_row(client.query_typed(SQL_VERSION, &[]).await?, "lease.version")?;
     let version: Option<String> = get(&row, 0, "lease.version")?;
     version.ok_or_else(|| Error::protocol("lease.version() returned NULL"))
 }

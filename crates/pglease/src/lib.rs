@@ -1,25 +1,52 @@
-//! PostgreSQL-native leases with fencing epochs: a typed client for the pg_lease SQL API.
+//! PostgreSQL-native leases with fencing epochs: a lease client for the pg_lease SQL API.
 //!
 //! pg_lease (schema `lease`) grants a named key to one owner at a time, until server time + ttl
 //! unless renewed. Every grant carries a fencing epoch greater than all earlier epochs of the key, so
-//! a resource that records the highest epoch it has seen can reject a former holder. The server's
-//! clock is the only clock, and every call is one statement that commits or rolls back with the
-//! caller's transaction.
+//! a resource that checks epochs can reject a former holder. The server's clock is the only clock,
+//! and every call is one statement that commits or rolls back with the caller's transaction.
 //!
 //! # Layers
 //!
-//! - **Calls** ([`acquire`], [`renew`], [`release`], [`inspect`], [`list`], [`purge`]): one async
-//!   function per SQL function, generic over [`tokio_postgres::GenericClient`], so each runs on a
-//!   `Client` (autocommit) or inside a `Transaction`. They return typed rows ([`Grant`],
-//!   [`Renewal`], [`Status`], [`LeaseState`], [`ListedLease`]) and never panic on what the server
-//!   sends; they hold no state of their own.
+//! - **The client** ([`Client`], [`Lease`], [`Election`], [`Fence`]): leases with a keepalive,
+//!   prompt and reliable loss detection ([`Lease::lost`]), waits that hold no pooled connection,
+//!   fencing inside the database, and leader election. Built on tokio-postgres and a
+//!   deadpool-postgres pool.
+//! - **Calls** ([`acquire`], [`renew`], [`release`], [`inspect`], [`list`], [`purge`],
+//!   [`register_waiter`], [`fence()`]): one async function per SQL function, generic over
+//!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
+//!   `Transaction`. They hold no state of their own.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
 //!   puts the SQL API into a database, either with `CREATE EXTENSION` or, on managed PostgreSQL
 //!   without the extension files, by running the extension's own scripts ([`MIGRATIONS`]).
-//! - **Errors** ([`Error`], [`sqlstate`]): one opaque error type; server errors keep their SQLSTATE,
-//!   and [`sqlstate`] is the single table of the codes pg_lease raises.
+//! - **Errors** ([`Error`], [`sqlstate`]): one opaque error type; server errors keep their SQLSTATE
+//!   ([`Error::code`]); [`Error::is_lease_lost`] and [`Error::is_fenced`] name the two ways a
+//!   lease stops being yours.
 //!
-//! Handles that own a lease (keepalive, fencing helpers, leader election) build on the calls layer.
+//! # What the client guarantees
+//!
+//! The full contract, with the reasoning, is in `docs/CLIENT.md`. In short:
+//!
+//! - **Loss is signalled before anyone else can acquire.** The client never compares its wall
+//!   clock with the server's. It takes a monotonic instant *before sending* each acquire or renew
+//!   and treats the lease as held until `sent + min(ttl, left) - margin`, where `left` is the time
+//!   the server reported left on the lease and `margin = ttl / 1000 + safety_margin` (default
+//!   20 ms): the proportional part covers both clocks being slewed in opposite directions at the
+//!   kernel's 500 ppm maximum; the constant covers timer and wake-up latency. If no renewal is
+//!   confirmed by then, [`Lease::lost`] completes with [`LostReason::Expired`], before the
+//!   server's expiry. A renewal answered `not_owner`, `lapsed` or `epoch_mismatch` ends the lease at
+//!   once.
+//! - **Transient errors are not loss.** A failed or unanswered renewal is retried with jittered
+//!   exponential backoff (from `clamp(ttl / 100, 10 ms, 100 ms)`, capped at the renewal
+//!   interval) on a fresh connection until the deadline; an unanswered renewal is never counted,
+//!   and renewal is idempotent, so re-sending it is safe.
+//! - **No leaks.** A lease's keepalive task ends when the lease is released, dropped or lost, or
+//!   the client shuts down; a released lease sends nothing more to the server.
+//! - **Waiting without polling.** [`Client::acquire`] waits on one shared `LISTEN` connection per
+//!   client, woken by the release notification or at the holder's lapse time (as the server
+//!   measured it); behind a transaction-mode pooler ([`ClientBuilder::pooler_mode`]) it sleeps
+//!   until the lapse, at most [`ClientBuilder::poll_cap`] (default 1 s) at a time.
+//! - **Fencing inside the database.** [`Lease::fence`] guards a transaction with `lease.fence`;
+//!   a stale grant fails with [`Error::is_fenced`] (SQLSTATE `LE001`/`LE002`/`LE003`).
 //!
 //! # Example
 //!
@@ -28,50 +55,61 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> pglease::Result<()> {
-//!     let (mut client, connection) =
-//!         tokio_postgres::connect("host=localhost user=app dbname=app", tokio_postgres::NoTls)
-//!             .await?;
-//!     tokio::spawn(connection);
+//!     let client = pglease::Client::connect("host=localhost user=app dbname=app").await?;
 //!
-//!     pglease::install(&mut client).await?; // no-op when already installed
-//!     pglease::check_version(&client).await?;
+//!     // Wait up to a minute for the key; the lease is renewed in the background.
+//!     let ttl = Duration::from_secs(10);
+//!     let lease = client.acquire("job-42", ttl, Duration::from_secs(60)).await?;
 //!
-//!     let ttl = Duration::from_secs(30);
-//!     let Some(grant) = pglease::acquire(&client, "job-42", "worker-a1", ttl, Duration::ZERO).await?
-//!     else {
-//!         println!("job-42 is held by another worker");
-//!         return Ok(());
-//!     };
-//!     // ... work, presenting grant.epoch to every fenced resource ...
-//!     let renewal = pglease::renew(&client, "job-42", "worker-a1", grant.epoch, ttl).await?;
-//!     if !renewal.status.is_ok() {
-//!         println!("lost job-42 ({}): stop acting on it", renewal.status);
-//!         return Ok(());
+//!     let mut db = client.pool().get().await?;
+//!     tokio::select! {
+//!         reason = lease.lost() => {
+//!             println!("lost job-42 ({reason}): stop acting on it");
+//!             return Ok(());
+//!         }
+//!         done = async {
+//!             // A write that only lands while the lease is current.
+//!             let tx = db.transaction().await?;
+//!             lease.fence(&*tx).await?;
+//!             tx.execute("UPDATE jobs SET done = true WHERE id = 42", &[]).await?;
+//!             tx.commit().await?;
+//!             Ok::<(), pglease::Error>(())
+//!         } => done?,
 //!     }
-//!     let status = pglease::release(&client, "job-42", "worker-a1", grant.epoch).await?;
-//!     println!("released: {status}");
-//!
-//!     match pglease::acquire(&client, "", "worker-a1", ttl, Duration::ZERO).await {
-//!         Err(e) if e.is_invalid_input() => println!("rejected: {}", e.detail().unwrap_or("")),
-//!         other => println!("unexpected: {other:?}"),
-//!     }
-//!     Ok(())
+//!     lease.release().await
 //! }
 //! ```
+//!
+//! `examples/lifecycle.rs` walks the whole lifecycle, including the lost and fenced paths.
 
 #![warn(missing_docs)]
 
 mod calls;
+mod client;
+mod election;
 mod error;
+mod fence;
 mod install;
+mod keepalive;
+mod lease;
+mod listener;
 pub mod sqlstate;
 
 pub use calls::{
-    Grant, LeaseState, ListedLease, MAX_DURATION, Renewal, Status, acquire, inspect, list, purge,
-    release, renew,
+    Grant, LeaseState, ListedLease, MAX_DURATION, Renewal, Status, Waiter, acquire, fence, inspect,
+    list, purge, register_waiter, release, renew,
 };
+pub use client::{Client, ClientBuilder};
+pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
+pub use fence::Fence;
 pub use install::{
     CONTROL, Installed, LOCK_KEY, MIGRATIONS, Migration, VERSION, Via, check_version,
     create_extension, install, installed,
 };
+pub use lease::{Lease, LeaseGuard, LostReason};
+
+/// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
+pub use deadpool_postgres;
+/// The cancellation token type of [`Lease::token`].
+pub use tokio_util::sync::CancellationToken;

@@ -3,28 +3,79 @@
 //! A unit test reads every `ERRCODE = '.....'` in the extension scripts and checks that the set of
 //! codes equals [`ALL`], so the SQL and this table cannot drift apart. PostgreSQL's own errors (a
 //! missing privilege, a serialization failure, ...) keep their codes too; see [`crate::Error::code`].
+//!
+//! # Examples
+//!
+//! ```
+//! # fn demo(e: &pglease::Error) {
+//! match e.code() {
+//!     Some(pglease::sqlstate::FENCE_NOT_OWNER) => println!("someone else holds the key"),
+//!     Some(pglease::sqlstate::FENCE_LAPSED) => println!("the lease lapsed"),
+//!     Some(pglease::sqlstate::FENCE_EPOCH_MISMATCH) => println!("a newer grant exists"),
+//!     _ => {}
+//! }
+//! # }
+//! ```
 
 /// `22023` (`invalid_parameter_value`): an argument violates the API's limits; nothing changed.
 ///
 /// The DETAIL lists every violation, separated by `"; "`. See [`crate::Error::is_invalid_input`].
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::INVALID_INPUT, "22023");
+/// ```
 pub const INVALID_INPUT: &str = "22023";
 
 /// `57014` (`query_canceled`): a waiting `lease.acquire` reached its deadline; nothing was granted.
 ///
 /// PostgreSQL raises the same code for `statement_timeout` and cancel requests. See
 /// [`crate::Error::is_wait_timeout`].
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::WAIT_TIMEOUT, "57014");
+/// ```
 pub const WAIT_TIMEOUT: &str = "57014";
 
 /// `LE001`: `lease.fence` — the caller does not hold the key (unknown, free, or another owner's).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::FENCE_NOT_OWNER, "LE001");
+/// ```
 pub const FENCE_NOT_OWNER: &str = "LE001";
 
 /// `LE002`: `lease.fence` — the caller's lease on the key lapsed.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::FENCE_LAPSED, "LE002");
+/// ```
 pub const FENCE_LAPSED: &str = "LE002";
 
 /// `LE003`: `lease.fence` — the caller holds the key, but at another epoch than the one presented.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::FENCE_EPOCH_MISMATCH, "LE003");
+/// ```
 pub const FENCE_EPOCH_MISMATCH: &str = "LE003";
 
 /// Every SQLSTATE pg_lease raises, as `(code, PostgreSQL condition name, meaning in pg_lease)`.
+///
+/// # Examples
+///
+/// ```
+/// for (code, name, meaning) in pglease::sqlstate::ALL {
+///     println!("{code} {name}: {meaning}");
+/// }
+/// ```
 pub const ALL: &[(&str, &str, &str)] = &[
     (
         INVALID_INPUT,

@@ -1,0 +1,294 @@
+//! The operator's commands: `install` (CREATE EXTENSION or the extension-less script), `status`
+//! (server, installation, lease counts) and `local start | stop | status | url` (the embedded
+//! server, see `local.rs`).
+
+use std::process::ExitCode;
+
+use serde::Serialize;
+use tokio_postgres::Client;
+
+use crate::cli::{InstallArgs, LocalStartArgs, LocalStatusArgs, LocalUrlArgs, StatusArgs};
+use crate::connect::Target;
+use crate::local::LocalServer;
+use crate::{BoxError, output};
+
+/// `"extension"` or `"script"`.
+fn via_name(via: pglease::Via) -> &'static str {
+    match via {
+        pglease::Via::Extension => "extension",
+        pglease::Via::Script => "script",
+    }
+}
+
+/// How pg_lease got in, for people.
+fn via_text(via: pglease::Via) -> &'static str {
+    match via {
+        pglease::Via::Extension => "CREATE EXTENSION",
+        pglease::Via::Script => "the SQL script (no extension files; lease.schema_migrations)",
+    }
+}
+
+/// `pglease install`.
+pub async fn install(args: InstallArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let mut client = target.connect().await?;
+    let before = pglease::installed(&client).await?;
+    let found = if args.schema_only {
+        pglease::install(&mut client).await?
+    } else {
+        pglease::create_extension(&mut client).await?
+    };
+    let changed = before.as_ref() != Some(&found);
+
+    #[derive(Serialize)]
+    struct Json {
+        version: String,
+        via: &'static str,
+        changed: bool,
+    }
+    if args.output.json {
+        output::json(&Json {
+            version: found.version,
+            via: via_name(found.via),
+            changed,
+        })?;
+    } else {
+        let verb = if changed {
+            "installed"
+        } else {
+            "already installed"
+        };
+        output::out(&format!(
+            "pg_lease {} {verb} via {} ({})\n",
+            found.version,
+            via_text(found.via),
+            target.describe()
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Lease counts for `status`. `lapsed` and `free` are known only to roles that may read
+/// `lease.leases` (the installing role); others see `held` and `total` from `lease.list()`.
+#[derive(Debug, Serialize)]
+struct Counts {
+    total: i64,
+    held: i64,
+    lapsed: Option<i64>,
+    free: Option<i64>,
+}
+
+async fn counts(client: &Client) -> Result<Counts, BoxError> {
+    const DIRECT: &str = "SELECT pg_catalog.count(*), \
+          pg_catalog.count(*) FILTER (WHERE owner IS NOT NULL AND expires_at > pg_catalog.clock_timestamp()), \
+          pg_catalog.count(*) FILTER (WHERE owner IS NOT NULL AND expires_at <= pg_catalog.clock_timestamp()), \
+          pg_catalog.count(*) FILTER (WHERE owner IS NULL) \
+     FROM lease.leases";
+    match client.query_one(DIRECT, &[]).await {
+        Ok(row) => Ok(Counts {
+            total: row.try_get(0)?,
+            held: row.try_get(1)?,
+            lapsed: Some(row.try_get(2)?),
+            free: Some(row.try_get(3)?),
+        }),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+            let all = pglease::list(client, None).await?;
+            let held = all.iter().filter(|l| l.state.held).count();
+            Ok(Counts {
+                total: i64::try_from(all.len())?,
+                held: i64::try_from(held)?,
+                lapsed: None,
+                free: None,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `pglease status`.
+pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let client = target.connect().await?;
+    let server_version: String = client
+        .query_one("SELECT pg_catalog.current_setting('server_version')", &[])
+        .await?
+        .try_get(0)?;
+    let database: String = client
+        .query_one("SELECT pg_catalog.current_database()::text", &[])
+        .await?
+        .try_get(0)?;
+    let installed = pglease::installed(&client).await?;
+    let counts = match &installed {
+        Some(_) => Some(counts(&client).await?),
+        None => None,
+    };
+
+    #[derive(Serialize)]
+    struct Extension {
+        version: String,
+        via: &'static str,
+        current: bool,
+    }
+    #[derive(Serialize)]
+    struct Json {
+        target: String,
+        local: bool,
+        server_version: String,
+        database: String,
+        /// Null when pg_lease is not installed in the database.
+        pg_lease: Option<Extension>,
+        /// The version this pglease speaks.
+        client_version: &'static str,
+        leases: Option<Counts>,
+    }
+    let json = Json {
+        target: target.describe(),
+        local: matches!(target, Target::Local { .. }),
+        server_version,
+        database,
+        pg_lease: installed.map(|i| Extension {
+            current: i.version == pglease::VERSION,
+            version: i.version,
+            via: via_name(i.via),
+        }),
+        client_version: pglease::VERSION,
+        leases: counts,
+    };
+    if args.output.json {
+        output::json(&json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pg_lease = match &json.pg_lease {
+        Some(e) if e.current => format!("{} via {}", e.version, e.via),
+        Some(e) => format!(
+            "{} via {} (this pglease speaks {}: upgrade with `pglease install`)",
+            e.version,
+            e.via,
+            pglease::VERSION
+        ),
+        None => "not installed (run `pglease install`)".into(),
+    };
+    let leases = match &json.leases {
+        None => "-".into(),
+        Some(c) => match (c.lapsed, c.free) {
+            (Some(lapsed), Some(free)) => format!(
+                "{} key{}: {} held, {lapsed} lapsed, {free} free",
+                c.total,
+                if c.total == 1 { "" } else { "s" },
+                c.held
+            ),
+            _ => format!(
+                "{} key{}: {} held, {} not held (lapsed/free need read access to lease.leases)",
+                c.total,
+                if c.total == 1 { "" } else { "s" },
+                c.held,
+                c.total - c.held
+            ),
+        },
+    };
+    output::out(&output::fields(&[
+        ("server", json.target.clone()),
+        ("version", format!("PostgreSQL {}", json.server_version)),
+        ("database", json.database.clone()),
+        ("pg_lease", pg_lease),
+        ("leases", leases),
+    ]))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `local status` and `local start` print.
+#[derive(Debug, Serialize)]
+struct LocalJson {
+    running: bool,
+    pid: Option<u32>,
+    version: Option<String>,
+    dir: String,
+    url: String,
+    log: String,
+}
+
+fn local_json(server: &LocalServer) -> LocalJson {
+    let running = server.running();
+    LocalJson {
+        running: running.is_some(),
+        pid: running.map(|r| r.pid),
+        version: server
+            .version()
+            .or_else(|| server.major().map(|m| m.to_string())),
+        dir: server.dir().display().to_string(),
+        url: server.url(),
+        log: server.log_path().display().to_string(),
+    }
+}
+
+fn print_local(json: &LocalJson, as_json: bool) -> std::io::Result<()> {
+    if as_json {
+        return output::json(json);
+    }
+    let state = match (json.running, json.pid) {
+        (true, Some(pid)) => format!("running (pid {pid})"),
+        _ => "stopped".into(),
+    };
+    output::out(&output::fields(&[
+        ("state", state),
+        (
+            "version",
+            json.version
+                .as_deref()
+                .map_or_else(|| "(not created yet)".into(), |v| format!("PostgreSQL {v}")),
+        ),
+        ("dir", json.dir.clone()),
+        ("url", json.url.clone()),
+        ("log", json.log.clone()),
+    ]))
+}
+
+/// `pglease local start`.
+pub async fn local_start(args: LocalStartArgs, server: &LocalServer) -> Result<ExitCode, BoxError> {
+    let started = server.ensure_started(args.pg.pg_version).await?;
+    if !args.output.json {
+        let what = match (started.created, started.started) {
+            (true, _) => "created and started the local server",
+            (false, true) => "started the local server",
+            (false, false) => "the local server is already running",
+        };
+        eprintln!("pglease: {what}");
+    }
+    print_local(&local_json(server), args.output.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pglease local stop`.
+pub async fn local_stop(server: &LocalServer) -> Result<ExitCode, BoxError> {
+    let this = server.clone();
+    let was_running = tokio::task::spawn_blocking(move || this.stop()).await??;
+    let what = if was_running {
+        "stopped the local server"
+    } else {
+        "the local server is not running"
+    };
+    output::out(&format!("{what} ({})\n", server.dir().display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pglease local status`.
+pub async fn local_status(
+    args: LocalStatusArgs,
+    server: &LocalServer,
+) -> Result<ExitCode, BoxError> {
+    print_local(&local_json(server), args.output.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pglease local url`.
+pub async fn local_url(args: LocalUrlArgs, server: &LocalServer) -> Result<ExitCode, BoxError> {
+    server.ensure_started(args.pg.pg_version).await?;
+    if args.output.json {
+        #[derive(Serialize)]
+        struct Json {
+            url: String,
+        }
+        output::json(&Json { url: server.url() })?;
+    } else {
+        output::out(&format!("{}\n", server.url()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

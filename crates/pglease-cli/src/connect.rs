@@ -1,0 +1,434 @@
+//! Where commands connect, decided before any I/O: a URL (`--database-url` / `DATABASE_URL`), libpq's
+//! `PG*` variables, or the embedded local server; and connecting to it.
+//!
+//! tokio-postgres reads no environment variables itself, so libpq's conventions are applied here:
+//! settings missing from the URL come from `PGHOST`, `PGHOSTADDR`, `PGPORT`, `PGUSER`,
+//! `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGCONNECT_TIMEOUT` and `PGSSLMODE`; a missing host
+//! means the default socket directory. This binary has no TLS, so `sslmode` must be `disable`,
+//! `allow` or `prefer` (the latter two then connect without TLS, as libpq does when the server
+//! offers none).
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio_postgres::Config;
+use tokio_postgres::config::{Host, SslMode};
+
+use crate::BoxError;
+use crate::cli::ConnArgs;
+use crate::local::LocalServer;
+
+/// The variables whose presence selects libpq-style settings over the local server.
+const SELECTING_VARS: &[&str] = &["PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE"];
+
+/// Where to connect.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A given server: from the URL, or from `PG*` variables alone.
+    Remote {
+        /// The complete configuration.
+        config: Box<Config>,
+        /// What chose it, for messages: `database URL` or `PG* variables`.
+        via: &'static str,
+    },
+    /// The embedded local server, started on demand with PostgreSQL `major` if it has to be created.
+    Local {
+        /// The server.
+        server: LocalServer,
+        /// The major version of a new local server.
+        major: u32,
+    },
+}
+
+impl Target {
+    /// Decides the target from the arguments and the environment; no I/O.
+    ///
+    /// # Errors
+    ///
+    /// A URL that does not parse, a `PG*` variable with an invalid value, an sslmode needing TLS
+    /// (all usage errors); or no place for the local server.
+    pub fn resolve(args: &ConnArgs, local_major: u32) -> Result<Target, ConfigError> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Target::resolve_with(args, local_major, &env)
+    }
+
+    fn resolve_with(
+        args: &ConnArgs,
+        local_major: u32,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Target, ConfigError> {
+        let (mut config, via, url) = match &args.database_url {
+            Some(url) => {
+                let config: Config = url.parse().map_err(|e| {
+                    ConfigError::Usage(format!("invalid --database-url / DATABASE_URL: {e}"))
+                })?;
+                (config, "database URL", url.as_str())
+            }
+            None if SELECTING_VARS.iter().any(|v| env(v).is_some()) => {
+                (Config::new(), "PG* variables", "")
+            }
+            None => {
+                let server = LocalServer::from_env().map_err(ConfigError::Other)?;
+                return Ok(Target::Local {
+                    server,
+                    major: local_major,
+                });
+            }
+        };
+        apply_pg_env(&mut config, url, env).map_err(ConfigError::Usage)?;
+        Ok(Target::Remote {
+            config: Box::new(config),
+            via,
+        })
+    }
+
+    /// The connection settings (starting the local server first if it is the target).
+    pub async fn config(&self) -> Result<Config, BoxError> {
+        match self {
+            Target::Remote { config, .. } => Ok((**config).clone()),
+            Target::Local { server, major } => {
+                server.ensure_started(*major).await?;
+                Ok(server.pg_config())
+            }
+        }
+    }
+
+    /// Connects (starting the local server first if it is the target).
+    pub async fn connect(&self) -> Result<tokio_postgres::Client, BoxError> {
+        let config = self.config().await?;
+        connect_config(&config)
+            .await
+            .map_err(|e| crate::context(format!("connecting to {}", self.describe()), e))
+    }
+
+    /// A description for messages, without the password.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Remote { config, via } => {
+                format!("{} (from the {via})", describe_config(config))
+            }
+            Target::Local { server, .. } => format!("local server in {}", server.dir().display()),
+        }
+    }
+}
+
+/// A configuration problem found before any I/O.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The command line or a connection variable is invalid: exit code 2.
+    Usage(String),
+    /// Anything else: exit code 1.
+    Other(String),
+}
+
+/// Fills what `config` lacks from libpq's variables, as libpq does, and checks sslmode.
+fn apply_pg_env(
+    config: &mut Config,
+    url: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        if let Some(hosts) = env("PGHOST") {
+            for host in hosts.split(',') {
+                config.host(host.trim());
+            }
+        }
+        if let Some(addrs) = env("PGHOSTADDR") {
+            for addr in addrs.split(',') {
+                let ip: IpAddr = addr
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("PGHOSTADDR: invalid address {addr:?}"))?;
+                config.hostaddr(ip);
+            }
+        }
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            config.host_path(default_socket_dir());
+        }
+    }
+    // tokio-postgres fills in 5432 for a URL host without a port, so look at the text itself.
+    if !mentions_port(url)
+        && let Some(ports) = env("PGPORT")
+    {
+        *config = without_ports(std::mem::take(config));
+        for port in ports.split(',') {
+            let port: u16 = port
+                .trim()
+                .parse()
+                .map_err(|_| format!("PGPORT: invalid port {port:?}"))?;
+            config.port(port);
+        }
+    }
+    if config.get_user().is_none()
+        && let Some(user) = env("PGUSER")
+    {
+        config.user(user);
+    }
+    if config.get_password().is_none()
+        && let Some(password) = env("PGPASSWORD")
+    {
+        config.password(password);
+    }
+    if config.get_dbname().is_none()
+        && let Some(dbname) = env("PGDATABASE")
+    {
+        config.dbname(dbname);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(env("PGAPPNAME").unwrap_or_else(|| "pglease".into()));
+    }
+    if config.get_connect_timeout().is_none()
+        && let Some(secs) = env("PGCONNECT_TIMEOUT")
+    {
+        let secs: u64 = secs
+            .trim()
+            .parse()
+            .map_err(|_| format!("PGCONNECT_TIMEOUT: invalid number of seconds {secs:?}"))?;
+        if secs > 0 {
+            config.connect_timeout(Duration::from_secs(secs.max(2)));
+        }
+    }
+    if !url.contains("sslmode")
+        && let Some(mode) = env("PGSSLMODE")
+    {
+        config.ssl_mode(match mode.as_str() {
+            "disable" | "allow" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            other => {
+                return Err(format!(
+                    "PGSSLMODE={other}: pglease is built without TLS; use disable, allow or prefer"
+                ));
+            }
+        });
+    }
+    match config.get_ssl_mode() {
+        SslMode::Disable | SslMode::Prefer => Ok(()),
+        _ => Err("sslmode requires TLS, which pglease is built without; \
+                  use sslmode=disable, allow or prefer"
+            .into()),
+    }
+}
+
+/// Whether a URL or conninfo string sets a port.
+fn mentions_port(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("postgresql://")
+        .or_else(|| url.strip_prefix("postgres://"))
+    else {
+        return url
+            .split_whitespace()
+            .any(|kv| kv.trim_start().starts_with("port") && kv.contains('='))
+            || url.contains("port =");
+    };
+    let (authority, query) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let hosts = authority.rsplit('@').next().unwrap_or("");
+    let hosts_have_port = hosts.split(',').any(|h| match h.rfind(']') {
+        Some(end) => h[end..].contains(':'),
+        None => h.contains(':'),
+    });
+    hosts_have_port || query.contains("port=")
+}
+
+/// `config` with its ports removed (tokio-postgres has no setter for that): rebuilt field by field
+/// for the settings a URL can carry that pglease uses.
+fn without_ports(config: Config) -> Config {
+    let mut fresh = Config::new();
+    for host in config.get_hosts() {
+        match host {
+            Host::Tcp(name) => fresh.host(name),
+            Host::Unix(path) => fresh.host_path(path),
+        };
+    }
+    for addr in config.get_hostaddrs() {
+        fresh.hostaddr(*addr);
+    }
+    if let Some(user) = config.get_user() {
+        fresh.user(user);
+    }
+    if let Some(password) = config.get_password() {
+        fresh.password(password);
+    }
+    if let Some(dbname) = config.get_dbname() {
+        fresh.dbname(dbname);
+    }
+    if let Some(options) = config.get_options() {
+        fresh.options(options);
+    }
+    if let Some(name) = config.get_application_name() {
+        fresh.application_name(name);
+    }
+    if let Some(timeout) = config.get_connect_timeout() {
+        fresh.connect_timeout(*timeout);
+    }
+    fresh
+        .ssl_mode(config.get_ssl_mode())
+        .target_session_attrs(config.get_target_session_attrs())
+        .keepalives(config.get_keepalives())
+        .keepalives_idle(config.get_keepalives_idle());
+    fresh
+}
+
+/// libpq's default socket directory: Debian's `/var/run/postgresql` if present, else `/tmp`.
+fn default_socket_dir() -> &'static Path {
+    ["/run/postgresql", "/var/run/postgresql"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_dir())
+        .unwrap_or(Path::new("/tmp"))
+}
+
+/// `user@host:port/dbname` for messages (no password).
+fn describe_config(config: &Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .chain(config.get_hostaddrs().iter().map(|a| a.to_string()))
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    let port = if ports.is_empty() {
+        "5432".to_string()
+    } else {
+        ports.join(",")
+    };
+    format!(
+        "{}@{}:{}/{}",
+        config.get_user().unwrap_or("(os user)"),
+        hosts.join(","),
+        port,
+        config
+            .get_dbname()
+            .or(config.get_user())
+            .unwrap_or("(os user)")
+    )
+}
+
+/// Connects with `config` (no TLS) and drives the connection on a spawned task.
+pub async fn connect_config(config: &Config) -> Result<tokio_postgres::Client, BoxError> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn resolve(url: Option<&str>, vars: &[(&str, &str)]) -> Result<Target, ConfigError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let args = ConnArgs {
+            database_url: url.map(str::to_owned),
+        };
+        Target::resolve_with(&args, 15, &|name| vars.get(name).cloned())
+    }
+
+    fn remote(target: Target) -> Config {
+        match target {
+            Target::Remote { config, .. } => *config,
+            Target::Local { .. } => panic!("expected a remote target, got the local server"),
+        }
+    }
+
+    #[test]
+    fn a_url_wins_and_pg_variables_fill_its_gaps() {
+        let config = remote(
+            resolve(
+                Some("postgresql://app@db.example/appdb"),
+                &[
+                    ("PGHOST", "other"),
+                    ("PGPASSWORD", "s3cret"),
+                    ("PGPORT", "6543"),
+                ],
+            )
+            .unwrap(),
+        );
+        assert_eq!(config.get_hosts(), [Host::Tcp("db.example".into())]);
+        assert_eq!(config.get_user(), Some("app"));
+        assert_eq!(config.get_password(), Some(&b"s3cret"[..]));
+        assert_eq!(config.get_ports(), [6543]);
+        assert_eq!(config.get_dbname(), Some("appdb"));
+    }
+
+    #[test]
+    fn pg_variables_alone_select_a_server() {
+        let config = remote(
+            resolve(
+                None,
+                &[("PGHOST", "/var/run/postgresql"), ("PGDATABASE", "jobs")],
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            config.get_hosts(),
+            [Host::Unix("/var/run/postgresql".into())]
+        );
+        assert_eq!(config.get_dbname(), Some("jobs"));
+    }
+
+    #[test]
+    fn a_password_alone_does_not_select_a_server() {
+        assert!(matches!(
+            resolve(None, &[("PGPASSWORD", "x")]),
+            Ok(Target::Local { .. }) | Err(ConfigError::Other(_))
+        ));
+    }
+
+    #[test]
+    fn tls_modes_are_usage_errors() {
+        for (url, vars) in [
+            (Some("postgresql://h/db?sslmode=require"), vec![]),
+            (
+                Some("postgresql://h/db"),
+                vec![("PGSSLMODE", "verify-full")],
+            ),
+        ] {
+            assert!(matches!(resolve(url, &vars), Err(ConfigError::Usage(_))));
+        }
+        let config =
+            remote(resolve(Some("postgresql://h/db"), &[("PGSSLMODE", "disable")]).unwrap());
+        assert_eq!(config.get_ssl_mode(), SslMode::Disable);
+    }
+
+    #[test]
+    fn ports_in_urls_are_recognised() {
+        for url in [
+            "postgresql://h:5433/db",
+            "postgresql://u:pw@h:5433",
+            "postgresql://[::1]:5433/db",
+            "postgresql:///db?host=/tmp&port=5433",
+            "host=/tmp port=5433",
+        ] {
+            assert!(mentions_port(url), "{url}");
+        }
+        for url in [
+            "postgresql://h/db",
+            "postgresql://u:pw@h/db",
+            "postgresql://[::1]/db",
+            "host=/tmp dbname=x",
+            "",
+        ] {
+            assert!(!mentions_port(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn malformed_urls_are_usage_errors() {
+        assert!(matches!(
+            resolve(Some("postgresql://h:notaport/db"), &[]),
+            Err(ConfigError::Usage(_))
+        ));
+    }
+}

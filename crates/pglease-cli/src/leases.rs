@@ -1,0 +1,335 @@
+//! The thin, scriptable lease commands: `acquire`, `renew`, `release`, `inspect`, `list` and
+//! `purge`. Each is one call of the SQL API (plus a read of the server clock for "in 12s"), printed
+//! as aligned text or, with `--json`, as one JSON document. Refusals are outcomes with their own
+//! exit codes, not errors.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cli::{
+    AcquireArgs, InspectArgs, ListArgs, OutputArgs, PurgeArgs, ReleaseArgs, RenewArgs,
+};
+use crate::connect::Target;
+use crate::signals::Signals;
+use crate::waiting::{self, Holder, Outcome};
+use crate::{BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED, output};
+
+/// A key's state in JSON (`inspect`, `list`, and the holder of a refused `acquire`).
+#[derive(Debug, Serialize)]
+struct StateJson {
+    key: String,
+    /// `held`, `not_held` (free or lapsed) or `unknown` (never leased, or purged).
+    state: &'static str,
+    held: bool,
+    owner: Option<String>,
+    /// Held: the holder's epoch. Not held: the key's fencing counter. Unknown: null.
+    epoch: Option<i64>,
+    expires_at: Option<String>,
+    /// Milliseconds until `expires_at` by the server's clock.
+    expires_in_ms: Option<u64>,
+}
+
+impl StateJson {
+    fn new(key: &str, holder: Option<&Holder>) -> StateJson {
+        let Some(h) = holder else {
+            return StateJson {
+                key: key.to_owned(),
+                state: "unknown",
+                held: false,
+                owner: None,
+                epoch: None,
+                expires_at: None,
+                expires_in_ms: None,
+            };
+        };
+        StateJson {
+            key: key.to_owned(),
+            state: if h.state.held { "held" } else { "not_held" },
+            held: h.state.held,
+            owner: h.state.owner.clone(),
+            epoch: Some(h.state.epoch),
+            expires_at: h.state.expires_at.map(output::timestamp),
+            expires_in_ms: h.left().map(output::millis),
+        }
+    }
+}
+
+/// `pglease acquire`.
+pub async fn acquire(
+    args: AcquireArgs,
+    owner: String,
+    target: &Target,
+) -> Result<ExitCode, BoxError> {
+    let key = args.key.key;
+    let (ttl, wait) = (args.ttl.ttl, args.wait.wait);
+    let mut signals = Signals::catch()?;
+    let client = target.connect().await?;
+    let outcome = waiting::acquire(target, &client, &key, &owner, ttl, wait, &mut signals).await?;
+
+    #[derive(Serialize)]
+    struct Json {
+        key: String,
+        owner: String,
+        acquired: bool,
+        epoch: Option<i64>,
+        expires_at: Option<String>,
+        ttl_ms: u64,
+        /// When refused: the key's state.
+        holder: Option<StateJson>,
+    }
+    let mut json = Json {
+        key: key.clone(),
+        owner: owner.clone(),
+        acquired: false,
+        epoch: None,
+        expires_at: None,
+        ttl_ms: output::millis(ttl),
+        holder: None,
+    };
+    match outcome {
+        Outcome::Granted(grant) => {
+            if args.output.json {
+                json.acquired = true;
+                json.epoch = Some(grant.epoch);
+                json.expires_at = Some(output::timestamp(grant.expires_at));
+                output::json(&json)?;
+            } else {
+                let now = waiting::server_now(&client).await?;
+                output::out(&output::fields(&[
+                    ("acquired", key),
+                    ("owner", owner),
+                    ("epoch", grant.epoch.to_string()),
+                    ("expires", output::expiry(grant.expires_at, now)),
+                ]))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Held(holder) => {
+            if args.output.json {
+                json.holder = Some(StateJson::new(&key, holder.as_ref()));
+                output::json(&json)?;
+            } else {
+                let state = holder.map_or_else(|| "not held".to_string(), |h| h.describe());
+                let waited = if wait.is_zero() {
+                    String::new()
+                } else {
+                    format!(" after waiting {}", output::duration(wait))
+                };
+                eprintln!("pglease: not acquired{waited}: {key} is {state}");
+            }
+            Ok(ExitCode::from(EXIT_NOT_ACQUIRED))
+        }
+        Outcome::Interrupted(sig) => Ok(crate::signal_exit(sig)),
+    }
+}
+
+/// `pglease renew`.
+pub async fn renew(args: RenewArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let (key, owner, epoch) = (args.key.key, args.owner.owner, args.epoch.epoch);
+    let client = target.connect().await?;
+    let renewal = pglease::renew(&client, &key, &owner, epoch, args.ttl.ttl).await?;
+
+    #[derive(Serialize)]
+    struct Json<'a> {
+        key: &'a str,
+        owner: &'a str,
+        epoch: i64,
+        status: &'static str,
+        renewed: bool,
+        expires_at: Option<String>,
+    }
+    if args.output.json {
+        output::json(&Json {
+            key: &key,
+            owner: &owner,
+            epoch,
+            status: renewal.status.as_str(),
+            renewed: renewal.status.is_ok(),
+            expires_at: renewal.expires_at.map(output::timestamp),
+        })?;
+    } else if let Some(expires_at) = renewal.expires_at {
+        let now = waiting::server_now(&client).await?;
+        output::out(&output::fields(&[
+            ("renewed", key),
+            ("epoch", epoch.to_string()),
+            ("expires", output::expiry(expires_at, now)),
+        ]))?;
+    } else {
+        eprintln!(
+            "pglease: renew refused: {} (stop acting on this lease)",
+            renewal.status
+        );
+    }
+    Ok(status_exit(renewal.status))
+}
+
+/// `pglease release`.
+pub async fn release(args: ReleaseArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let (key, owner, epoch) = (args.key.key, args.owner.owner, args.epoch.epoch);
+    let client = target.connect().await?;
+    let status = pglease::release(&client, &key, &owner, epoch).await?;
+
+    #[derive(Serialize)]
+    struct Json<'a> {
+        key: &'a str,
+        owner: &'a str,
+        epoch: i64,
+        status: &'static str,
+        released: bool,
+    }
+    if args.output.json {
+        output::json(&Json {
+            key: &key,
+            owner: &owner,
+            epoch,
+            status: status.as_str(),
+            released: status.is_ok(),
+        })?;
+    } else if status.is_ok() {
+        output::out(&format!(
+            "released {key} (epoch {epoch}); the next grant gets epoch {}\n",
+            epoch + 2
+        ))?;
+    } else {
+        eprintln!("pglease: release refused: {status}");
+    }
+    Ok(status_exit(status))
+}
+
+/// `pglease inspect`.
+pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let key = args.key.key;
+    let client = target.connect().await?;
+    let holder = waiting::holder(&client, &key).await?;
+    if args.output.json {
+        output::json(&StateJson::new(&key, holder.as_ref()))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = match holder {
+        None => output::fields(&[
+            ("key", key),
+            ("state", "unknown (never leased, or purged)".into()),
+        ]),
+        Some(h) if h.state.held => output::fields(&[
+            ("key", key),
+            ("state", "held".into()),
+            ("owner", h.state.owner.clone().unwrap_or_default()),
+            ("epoch", h.state.epoch.to_string()),
+            (
+                "expires",
+                h.state
+                    .expires_at
+                    .map(|x| output::expiry(x, h.now))
+                    .unwrap_or_default(),
+            ),
+        ]),
+        Some(h) => output::fields(&[
+            ("key", key),
+            ("state", "not held (free or lapsed)".into()),
+            (
+                "epoch",
+                format!(
+                    "{} (counter: the next grant gets a higher one)",
+                    h.state.epoch
+                ),
+            ),
+        ]),
+    };
+    output::out(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pglease list`.
+pub async fn list(args: ListArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let client = target.connect().await?;
+    let leases = pglease::list(&client, args.prefix.as_deref()).await?;
+    let now = waiting::server_now(&client).await?;
+    let holders: Vec<(String, Holder)> = leases
+        .into_iter()
+        .map(|l| {
+            (
+                l.key,
+                Holder {
+                    state: l.state,
+                    now,
+                },
+            )
+        })
+        .collect();
+    if args.output.json {
+        let rows: Vec<StateJson> = holders
+            .iter()
+            .map(|(key, h)| StateJson::new(key, Some(h)))
+            .collect();
+        output::json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if holders.is_empty() {
+        let what = match &args.prefix {
+            Some(p) => format!("no keys start with {p:?}"),
+            None => "no keys".to_string(),
+        };
+        eprintln!("pglease: {what}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = holders
+        .iter()
+        .map(|(key, h)| {
+            vec![
+                key.clone(),
+                if h.state.held { "held" } else { "-" }.into(),
+                h.state.owner.clone().unwrap_or_else(|| "-".into()),
+                h.state.epoch.to_string(),
+                h.state
+                    .expires_at
+                    .map(output::timestamp)
+                    .unwrap_or_else(|| "-".into()),
+                h.left().map(output::duration).unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    output::out(&output::table(
+        &["KEY", "HELD", "OWNER", "EPOCH", "EXPIRES_AT", "LEFT"],
+        &rows,
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pglease purge`.
+pub async fn purge(args: PurgeArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let client = target.connect().await?;
+    let purged = pglease::purge(&client, args.older_than).await?;
+    print_purged(args.output, purged, args.older_than)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_purged(output: OutputArgs, purged: u64, older_than: Duration) -> std::io::Result<()> {
+    #[derive(Serialize)]
+    struct Json {
+        purged: u64,
+        older_than_ms: u64,
+    }
+    if output.json {
+        output::json(&Json {
+            purged,
+            older_than_ms: output::millis(older_than),
+        })
+    } else {
+        output::out(&format!(
+            "purged {purged} key{} idle for more than {}\n",
+            if purged == 1 { "" } else { "s" },
+            output::duration(older_than)
+        ))
+    }
+}
+
+/// 0 for `ok`, [`EXIT_LOST`] for a refusal.
+fn status_exit(status: pglease::Status) -> ExitCode {
+    if status.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_LOST)
+    }
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests of the `pglease` binary: each case drives the built binary as a user would,
+//! against a private PostgreSQL server (pgcluster) or the embedded local server, in its own
+//! temporary directory and database.
+
+mod common;
+mod exit_codes;
+mod json;
+mod local;
+mod run;
+mod terminal;

@@ -1,0 +1,353 @@
+//! Leader election on one key: [`Election`] campaigns (blocks until leader, yielding the
+//! leadership as a [`Lease`]), resigns, and observes leader changes as a stream of [`Leader`]s.
+//!
+//! The leader is whoever holds the key; its epoch numbers the term, so terms strictly increase and
+//! a former leader is fenced out by the epoch. Candidates wait like [`Client::acquire`] (no
+//! polling). Observers register as waiters, so they are woken by the leader's release or at its
+//! lapse time; while there is no leader they re-check every `min(ttl / 4, 1 s)`.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use tokio::time::{Instant, sleep_until};
+
+use crate::calls;
+use crate::client::{Client, is_transient, opt_min};
+use crate::error::{Error, Result};
+use crate::keepalive::backoff;
+use crate::lease::Lease;
+use crate::listener::Subscription;
+
+/// The holder of an election's key: the leader and its term.
+///
+/// # Examples
+///
+/// ```
+/// let leader = pglease::Leader { owner: "node-1".into(), epoch: 7 };
+/// assert_eq!(leader.to_string(), "node-1@7");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Leader {
+    /// The leader's owner identity ([`Client::owner`]).
+    pub owner: String,
+    /// The term: the epoch of the leader's grant, greater than every earlier term.
+    pub epoch: i64,
+}
+
+impl fmt::Display for Leader {
+    /// `owner@epoch`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.owner, self.epoch)
+    }
+}
+
+/// A leader election: one key, held by the leader with a keepalive. Made by [`Client::election`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+///
+/// let election = client.election("scheduler", Duration::from_secs(10));
+/// let leadership = election.campaign().await?;
+/// tokio::select! {
+///     reason = leadership.lost() => println!("deposed: {reason}"),
+///     () = async { /* lead */ } => election.resign(leadership).await?,
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    client: Client,
+    key: String,
+    ttl: Duration,
+}
+
+impl Election {
+    pub(crate) fn new(client: Client, key: String, ttl: Duration) -> Election {
+        Election { client, key, ttl }
+    }
+
+    /// The election's key.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: &pglease::Client) {
+    /// let election = client.election("scheduler", std::time::Duration::from_secs(10));
+    /// assert_eq!(election.key(), "scheduler");
+    /// # }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Waits until this client is the leader and returns the leadership, a [`Lease`] on the key
+    /// whose epoch is the term. Waits without polling and without bound (wrap it in
+    /// `tokio::time::timeout` to bound it).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`], except that there is no timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (as [`Client::acquire`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(election: &pglease::Election) -> pglease::Result<()> {
+    /// let leadership = election.campaign().await?;
+    /// println!("leader for term {}", leadership.epoch());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign(&self) -> Result<Lease> {
+        self.client.acquire_until(&self.key, self.ttl, None).await
+    }
+
+    /// Gives up the leadership: releases the key, so a waiting candidate takes over at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lease::release`]; also [`Error::is_invalid_input`] if `leadership` is not a lease on
+    /// this election's key (it is then released anyway).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lease::release`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(election: &pglease::Election) -> pglease::Result<()> {
+    /// let leadership = election.campaign().await?;
+    /// election.resign(leadership).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn resign(&self, leadership: Lease) -> Result<()> {
+        let ours = leadership.key() == self.key;
+        leadership.release().await?;
+        if ours {
+            Ok(())
+        } else {
+            Err(Error::invalid_argument(
+                "resign: the lease is not on this election's key",
+            ))
+        }
+    }
+
+    /// The current leader, by the server clock; `None` if there is none.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(election: &pglease::Election) -> pglease::Result<()> {
+    /// match election.leader().await? {
+    ///     Some(leader) => println!("led by {leader}"),
+    ///     None => println!("no leader"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self.client.inspect(&self.key).await?.and_then(|state| {
+            state.owner.filter(|_| state.held).map(|owner| Leader {
+                owner,
+                epoch: state.epoch,
+            })
+        }))
+    }
+
+    /// A stream of leader changes: the current leader first (`None`: no leader), then every
+    /// change as it is observed.
+    ///
+    /// Changes are observed when the leader releases (by notification), at its lapse time, and,
+    /// while there is no leader, every `min(ttl / 4, 1 s)`. Terms only increase; a leader that
+    /// comes and goes between two observations may be skipped. Errors are yielded and then
+    /// retried with backoff; the stream ends when the client shuts down. It does its work only
+    /// while polled, and holds no connection between polls.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(election: &pglease::Election) {
+    /// use futures_util::StreamExt;
+    ///
+    /// let mut changes = election.observe();
+    /// while let Some(change) = changes.next().await {
+    ///     match change {
+    ///         Ok(Some(leader)) => println!("leader: {leader}"),
+    ///         Ok(None) => println!("no leader"),
+    ///         Err(e) => eprintln!("observer: {e}"),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn observe(&self) -> LeaderStream {
+        let state = Observer {
+            client: self.client.clone(),
+            key: self.key.clone(),
+            leaderless_poll: (self.ttl / 4)
+                .clamp(Duration::from_millis(10), Duration::from_secs(1)),
+            last: None,
+            wait: Wait::None,
+            failures: 0,
+        };
+        LeaderStream {
+            inner: Box::pin(futures_util::stream::unfold(
+                state,
+                |mut state| async move {
+                    let item = state.next().await?;
+                    Some((item, state))
+                },
+            )),
+        }
+    }
+}
+
+/// The stream of [`Election::observe`]: `Ok(Some(leader))` or `Ok(None)` (no leader) per change.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(election: &pglease::Election) {
+/// use futures_util::StreamExt;
+///
+/// let first = election.observe().next().await;
+/// # }
+/// ```
+pub struct LeaderStream {
+    inner: Pin<Box<dyn Stream<Item = Result<Option<Leader>>> + Send>>,
+}
+
+impl fmt::Debug for LeaderStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderStream").finish_non_exhaustive()
+    }
+}
+
+impl Stream for LeaderStream {
+    type Item = Result<Option<Leader>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// What the observer waits for before looking again.
+enum Wait {
+    /// Nothing: look now.
+    None,
+    /// The leader's release (if subscribed) or its lapse.
+    Leader {
+        subscription: Option<Subscription>,
+        lapses_in: Duration,
+    },
+    /// No leader: look again at this instant.
+    Until(Instant),
+}
+
+struct Observer {
+    client: Client,
+    key: String,
+    leaderless_poll: Duration,
+    last: Option<Option<Leader>>,
+    wait: Wait,
+    failures: u32,
+}
+
+impl Observer {
+    /// The next change; `None` once the client is shut down.
+    async fn next(&mut self) -> Option<Result<Option<Leader>>> {
+        loop {
+            if self.client.check_open().is_err() {
+                return None;
+            }
+            match std::mem::replace(&mut self.wait, Wait::None) {
+                Wait::None => {}
+                Wait::Leader {
+                    subscription,
+                    lapses_in,
+                } => {
+                    if self
+                        .client
+                        .sleep_until_released(subscription.as_ref(), lapses_in, None)
+                        .await
+                        .is_err()
+                    {
+                        return None;
+                    }
+                }
+                Wait::Until(at) => {
+                    tokio::select! {
+                        () = sleep_until(at) => {}
+                        () = self.client.shutdown_token().cancelled() => return None,
+                    }
+                }
+            }
+            match self.look().await {
+                Ok((current, wait)) => {
+                    self.failures = 0;
+                    self.wait = wait;
+                    if self.last.as_ref() != Some(&current) {
+                        self.last = Some(current.clone());
+                        return Some(Ok(current));
+                    }
+                }
+                Err(e) => {
+                    if self.client.check_open().is_err() {
+                        return None;
+                    }
+                    self.failures = self.failures.saturating_add(1);
+                    let delay = backoff(
+                        Duration::from_millis(50),
+                        Duration::from_secs(2),
+                        self.failures,
+                    );
+                    self.wait = Wait::Until(Instant::now() + delay);
+                    if !is_transient(&e) || self.failures == 1 {
+                        return Some(Err(e));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The current leader, and what to wait for before looking again.
+    async fn look(&self) -> Result<(Option<Leader>, Wait)> {
+        let subscription = self.client.subscribe(&self.key, None).await;
+        let waiter = {
+            let conn = self.client.get().await?;
+            calls::register_waiter(&**conn, &self.key).await?
+        };
+        match (waiter.held, waiter.owner, waiter.epoch, waiter.lapses_in) {
+            (true, Some(owner), Some(epoch), Some(lapses_in)) => Ok((
+                Some(Leader { owner, epoch }),
+                Wait::Leader {
+                    subscription,
+                    lapses_in,
+                },
+            )),
+            _ => Ok((
+                None,
+                Wait::Until(opt_min(Instant::now() + self.leaderless_poll, None)),
+            )),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Shared helpers: one private PostgreSQL server for the whole test binary (plus private ones for
+//! tests that freeze their server), clients, keys, a PgBouncer runner, and bounded waits for
+//! observable states.
+//!
+//! Server version: `PGLEASE_PG_VERSION` (default 15).
+
+use std::fs;
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use pgcluster::{Cluster, ClusterBuilder};
+use pglease::Client;
+use tokio_postgres::NoTls;
+
+/// The database of the shared server, with `CREATE EXTENSION pg_lease` done.
+pub const DB: &str = "it";
+/// A login role whose statements the server logs (`log_statement = 'all'`).
+pub const PROBE_ROLE: &str = "renew_probe";
+
+/// The PostgreSQL major version under test.
+pub fn major() -> u32 {
+    match std::env::var("PGLEASE_PG_VERSION") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("PGLEASE_PG_VERSION must be a major version, got {v:?}")),
+        Err(_) => 15,
+    }
+}
+
+/// Starts a new private server with the extension files installed.
+pub fn start_cluster() -> Cluster {
+    let ext = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../extension");
+    ClusterBuilder::for_major(major())
+        .and_then(|b| b.extension_dir(ext).start())
+        .unwrap_or_else(|e| panic!("could not start PostgreSQL {}: {e}", major()))
+}
+
+/// The shared server (started on first use).
+pub fn cluster() -> &'static Cluster {
+    static SHARED: OnceLock<Cluster> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let cluster = start_cluster();
+        cluster
+            .psql("postgres", &format!("CREATE DATABASE {DB}"))
+            .expect("create database");
+        cluster
+            .psql(
+                DB,
+                &format!(
+                    "CREATE EXTENSION pg_lease; CREATE ROLE {PROBE_ROLE} LOGIN; \
+                     ALTER ROLE {PROBE_ROLE} SET log_statement = 'all';"
+                ),
+            )
+            .expect("set up the shared database");
+        cluster
+    })
+}
+
+/// A connection string for the shared database, tagged with `application_name = app`.
+pub fn conninfo(app: &str) -> String {
+    conninfo_for(cluster(), DB, app)
+}
+
+/// A connection string for `db` on `cluster`, tagged with `application_name = app`.
+pub fn conninfo_for(cluster: &Cluster, db: &str, app: &str) -> String {
+    format!("{} application_name={app}", cluster.connection_string(db))
+}
+
+/// A client of the shared database with default settings.
+pub async fn client(app: &str) -> Client {
+    Client::builder()
+        .connect(&conninfo(app))
+        .await
+        .unwrap_or_else(|e| panic!("connect {app}: {e}"))
+}
+
+/// A plain superuser connection to `conninfo`.
+pub async fn raw(conninfo: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// A plain superuser connection to the shared database.
+pub async fn superuser() -> tokio_postgres::Client {
+    raw(&conninfo("it_superuser")).await
+}
+
+/// A key (and application name) unique to this call: `<test>-<n>`.
+pub fn key(test: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{test}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, for at most `limit`; panics naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Makes `key`'s lease lapse at once, server-side (superuser), without granting it to anyone.
+pub async fn force_lapse(su: &tokio_postgres::Client, key: &str) {
+    let n = su
+        .execute(
+            "UPDATE lease.leases SET expires_at = clock_timestamp() - interval '1 second' \
+              WHERE key = $1 AND owner IS NOT NULL",
+            &[&key],
+        )
+        .await
+        .expect("force lapse");
+    assert_eq!(n, 1, "{key} had a holder to lapse");
+}
+
+/// Whether `key`'s waiter mark is set (a waiter registered for the current grant).
+pub async fn waiter_registered(su: &tokio_postgres::Client, key: &str) -> bool {
+    su.query_opt("SELECT waiting FROM lease.leases WHERE key = $1", &[&key])
+        .await
+        .expect("read the waiter mark")
+        .is_some_and(|row| row.get::<_, bool>(0))
+}
+
+/// The server's state of `key`, read as superuser.
+pub async fn state(su: &tokio_postgres::Client, key: &str) -> Option<pglease::LeaseState> {
+    pglease::inspect(su, key).await.expect("inspect")
+}
+
+/// A PgBouncer in transaction mode in front of `cluster`, run as `nobody`; stopped on drop.
+pub struct PgBouncer {
+    child: Child,
+    /// The port it listens on at 127.0.0.1.
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl PgBouncer {
+    /// Starts PgBouncer (the Debian package `pgbouncer`) with `pool_mode = transaction` for
+    /// database `db` of `cluster`, reached over TCP. Panics if the binary is missing.
+    pub fn start(cluster: &Cluster, db: &str) -> PgBouncer {
+        let bin = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .unwrap_or_else(|| {
+                panic!(
+                    "pgbouncer is not installed (looked for /usr/sbin/pgbouncer and \
+                     /usr/bin/pgbouncer): the pooler tests need it; install the Debian package \
+                     with `apt-get update && apt-get install -y pgbouncer`"
+                )
+            });
+        let dir =
+            std::env::temp_dir().join(key(&format!("pglease-pgbouncer-{}", std::process::id())));
+        fs::create_dir_all(&dir).expect("create the pgbouncer directory");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let port = free_port();
+        let ini = dir.join("pgbouncer.ini");
+        let users = dir.join("userlist.txt");
+        fs::write(&users, "\"postgres\" \"\"\n").expect("write userlist");
+        fs::write(
+            &ini,
+            format!(
+                "[databases]\n\
+                 {db} = host=127.0.0.1 port={server} dbname={db}\n\
+                 [pgbouncer]\n\
+                 listen_addr = 127.0.0.1\n\
+                 listen_port = {port}\n\
+                 unix_socket_dir =\n\
+                 auth_type = trust\n\
+                 auth_file = {users}\n\
+                 pool_mode = transaction\n\
+                 max_client_conn = 200\n\
+                 default_pool_size = 20\n\
+                 admin_users = postgres\n\
+                 ignore_startup_parameters = extra_float_digits\n",
+                server = cluster.port(),
+                users = users.display(),
+            ),
+        )
+        .expect("write pgbouncer.ini");
+        for file in [&ini, &users] {
+            fs::set_permissions(file, fs::Permissions::from_mode(0o644)).expect("chmod");
+        }
+        let log = fs::File::create(dir.join("pgbouncer.log")).expect("create the log");
+        let mut command = Command::new(&bin);
+        // PgBouncer refuses to run as root: as root, have it switch to `nobody`.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            command.args(["-u", "nobody"]);
+        }
+        let child = command
+            .arg(&ini)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let mut bouncer = PgBouncer { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = bouncer.child.try_wait() {
+                panic!("pgbouncer exited ({status}): {}", bouncer.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pgbouncer did not listen: {}",
+                bouncer.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bouncer
+    }
+
+    /// A connection string through PgBouncer to `db`.
+    pub fn conninfo(&self, db: &str, app: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={db} application_name={app}",
+            self.port
+        )
+    }
+
+    /// PgBouncer's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

@@ -1,0 +1,11 @@
+//! Integration tests of the `pglease` client against real PostgreSQL servers (and a real
+//! PgBouncer for the pooler tests). One binary; each test uses its own keys.
+
+mod api;
+mod common;
+mod election;
+mod fence;
+mod keepalive;
+mod loss;
+mod pooler;
+mod waiting;
