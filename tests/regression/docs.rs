@@ -77,3 +77,71 @@ fn every_status_and_violation_message_is_documented() {
         );
     }
 }
+
+/// Every `async fn` / `fn` test name in a directory of test sources.
+fn test_names(dir: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join(dir)).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            if !line.trim_start().starts_with("#[tokio::test") && line.trim() != "#[test]" {
+                continue;
+            }
+            // The fn line follows the attribute (perhaps after more attributes).
+            for next in lines.by_ref() {
+                if let Some(rest) = next
+                    .trim_start()
+                    .strip_prefix("async fn ")
+                    .or_else(|| next.trim_start().strip_prefix("fn "))
+                {
+                    names.push(rest.split('(').next().unwrap().to_owned());
+                    break;
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_test_named_in_invariants_md_exists_and_every_invariant_has_one() {
+    let map = read("tests/INVARIANTS.md");
+    let suites = [
+        ("regression", "tests/regression"),
+        ("isolation", "tests/isolation"),
+        ("failure", "tests/failure"),
+        ("history", "tests/history"),
+        ("hostile", "tests/hostile"),
+        ("client", "crates/pglease/tests/it"),
+    ];
+    let mut cited = 0;
+    for (suite, dir) in suites {
+        let names = test_names(dir);
+        for cite in map.split(&format!("`{suite}::")).skip(1) {
+            let name = cite.split('`').next().unwrap();
+            assert!(
+                names.iter().any(|n| n == name),
+                "INVARIANTS.md cites {suite}::{name}, which is no test"
+            );
+            cited += 1;
+        }
+    }
+    assert!(cited > 50, "only {cited} tests cited");
+    for i in 1..=14 {
+        let row = map
+            .lines()
+            .find(|l| l.starts_with(&format!("| I{i} ")))
+            .unwrap_or_else(|| panic!("I{i} has no row in INVARIANTS.md"));
+        assert!(row.contains("::"), "I{i} names no test");
+        let semantics = read("docs/SEMANTICS.md");
+        assert!(
+            semantics.contains(&format!("**I{i} ")),
+            "I{i} is not in SEMANTICS.md §9"
+        );
+    }
+}
