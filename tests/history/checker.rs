@@ -145,6 +145,8 @@ struct Lease<'a> {
     /// The grant's instant lies in [g_lo, g_hi] (a single point unless ambiguous, see above).
     g_lo: Micros,
     g_hi: Micros,
+    /// The transactions of every equally plausible grant op (ambiguous grants have several).
+    grant_txs: Vec<usize>,
     /// (instant, expiry, op id), the grant first, then committed ok renews by instant.
     versions: Vec<(Micros, Micros, usize)>,
     release: Option<&'a Op>,
@@ -185,6 +187,8 @@ struct KeyCheck<'a, 'r> {
     report: &'r mut Report,
     /// For each grant op: the range its instant lies in.
     g_range: HashMap<usize, (Micros, Micros)>,
+    /// For each chosen grant op, the transactions of every equally plausible grant op.
+    g_txs: HashMap<usize, Vec<usize>>,
 }
 
 impl<'a, 'r> KeyCheck<'a, 'r> {
@@ -202,6 +206,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             purges,
             report,
             g_range: HashMap::new(),
+            g_txs: HashMap::new(),
         }
     }
 
@@ -272,6 +277,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                     epoch,
                     g_lo,
                     g_hi,
+                    grant_txs: self.g_txs.get(&o.id).cloned().unwrap_or_default(),
                     versions: vec![(g_lo, x, o.id)],
                     release: None,
                 }
@@ -359,6 +365,13 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 let lo = *times.iter().min().expect("the chosen one");
                 let hi = *times.iter().max().expect("the chosen one");
                 self.g_range.insert(g.id, (lo, hi));
+                // The transactions any equally plausible grant ran in (see `Lease::grant_txs`).
+                let txs: Vec<usize> = pool
+                    .iter()
+                    .filter(|o| fate(o))
+                    .filter_map(|o| o.tx)
+                    .collect();
+                self.g_txs.insert(g.id, txs);
             }
             match chosen {
                 Some(g) => {
@@ -765,9 +778,14 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             // §3: a successor that waited for the fenced commit counts its expiry from its grant,
             // i.e. its instant is after the fenced transaction's last clock reading.
             if let Some(pc) = pre_commit {
-                // (A grant made later in the fenced transaction itself commits with it.)
+                // (A grant made later in the fenced transaction itself commits with it; when the
+                // grant is ambiguous, any plausible grant op in that transaction excuses it.)
                 for later in leases.iter().filter(|m| {
-                    m.epoch > epoch && !(f.tx.is_some() && m.op.tx == f.tx) && m.g_hi <= pc
+                    m.epoch > epoch
+                        && !f
+                            .tx
+                            .is_some_and(|t| m.op.tx == Some(t) || m.grant_txs.contains(&t))
+                        && m.g_hi <= pc
                 }) {
                     let v = Violation {
                         invariant: "§3",

@@ -1,0 +1,215 @@
+//! `pglease-bench`: what does a pg_lease operation cost over the cheapest SQL doing the same row
+//! write, and against what one would use instead? Every comparison runs side by side, in
+//! interleaved rounds on one server. See docs/BENCHMARKS.md.
+//!
+//! ```sh
+//! cargo run --release -p pglease-bench -- all            # the full suite (about 10 minutes)
+//! cargo run --release -p pglease-bench -- all --quick    # a 2-minute smoke run
+//! cargo run --release -p pglease-bench -- cycle          # one section
+//! ```
+
+mod client;
+mod env;
+mod interleave;
+mod pgbench;
+mod plan;
+mod plot;
+mod report;
+mod scripts;
+mod sections;
+mod server;
+mod stats;
+mod variants;
+mod wake;
+
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime};
+
+use clap::{Parser, ValueEnum};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxResult<T> = Result<T, BoxError>;
+
+pub fn err(msg: impl Into<String>) -> BoxError {
+    msg.into().into()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Section {
+    /// Every section below.
+    All,
+    /// W1: acquire + renew + release in one transaction, vs floor and alternatives.
+    Cycle,
+    /// W2: single acquire attempts on 4 shared keys.
+    Contend,
+    /// Renew storm: throughput, table size, dead tuples, HOT share.
+    Storm,
+    /// Acquire latency at 1k / 100k / 1M keys.
+    Scale,
+    /// Wake-up latency after release and after lapse.
+    Wake,
+    /// Rust client's typed calls vs raw prepared statements.
+    Client,
+    /// Variants of the function bodies in a scratch schema (optimisation candidates).
+    Variants,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pglease-bench",
+    about = "pg_lease benchmark harness (see docs/BENCHMARKS.md)"
+)]
+struct Cli {
+    /// What to run.
+    #[arg(value_enum, default_value = "all")]
+    section: Section,
+    /// Short rounds and fewer client counts (about 1–2 minutes for `all`).
+    #[arg(long)]
+    quick: bool,
+    /// Run against this database instead of a private cluster (needs CREATE on it; the scale
+    /// section needs a superuser).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// PostgreSQL major version of the private cluster.
+    #[arg(long, default_value_t = 15)]
+    pg_version: u32,
+    /// pgbench to use with --database-url (default: from PATH).
+    #[arg(long)]
+    pgbench: Option<PathBuf>,
+    /// Results directory (default: bench/results/<UTC timestamp>[-quick][-section]).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Client counts for W1/W2 (comma-separated), overriding the plan.
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<u32>>,
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("bench/ has a parent")
+        .to_path_buf()
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(dir) => {
+            eprintln!("results: {}", dir.display());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut src = e.source();
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            eprintln!("pglease-bench: {msg}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> BoxResult<PathBuf> {
+    let t0 = Instant::now();
+    let started = SystemTime::now();
+    let (started_utc, stamp) = env::utc_stamp(started);
+    let load_before = stats::LoadAvg::now();
+    let mut plan = if cli.quick {
+        plan::Plan::quick()
+    } else {
+        plan::Plan::full()
+    };
+    if let Some(c) = &cli.clients {
+        plan.clients = c.clone();
+    }
+    let repo = repo_root();
+    let out_dir = cli.out.clone().unwrap_or_else(|| {
+        let mut name = stamp.clone();
+        if cli.quick {
+            name.push_str("-quick");
+        }
+        if cli.section != Section::All {
+            name.push_str(&format!("-{:?}", cli.section).to_lowercase());
+        }
+        repo.join("bench").join("results").join(name)
+    });
+
+    eprintln!("pglease-bench: load {} at start", load_before.short());
+    let mut server = match &cli.database_url {
+        Some(url) => server::Server::existing(url, cli.pgbench.clone())?,
+        None => {
+            eprintln!("starting a private PostgreSQL {} cluster", cli.pg_version);
+            server::Server::start_private(cli.pg_version, &repo)?
+        }
+    };
+    if let Some(pid) = server.cluster.as_ref().and_then(|c| c.postmaster_pid()) {
+        let _ = stats::cpu::POSTMASTER.set(pid);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(async {
+        server.prepare().await?;
+        let mut rep = report::Report::new(&cli_line(), started_utc, &plan, &repo, &server).await?;
+        rep.load_before = load_before;
+        let want = |s: Section| cli.section == Section::All || cli.section == s;
+        let main_db = server.db(server::DB_MAIN);
+        let pgb = server.pgbench.clone();
+        if want(Section::Cycle) {
+            eprintln!("[cycle] W1: acquire + renew + release per transaction");
+            rep.targets = Some(sections::targets(&pgb, &main_db, &plan).await?);
+            rep.cycle = Some(sections::cycle(&pgb, &main_db, &plan).await?);
+        }
+        if want(Section::Contend) {
+            eprintln!("[contend] W2: acquire attempts on 4 shared keys");
+            rep.contend = Some(sections::contend(&pgb, &main_db, &plan).await?);
+        }
+        if want(Section::Client) {
+            eprintln!("[client] typed calls vs raw prepared statements");
+            rep.client = Some(client::client_overhead(&main_db, &plan).await?);
+        }
+        if want(Section::Wake) {
+            eprintln!("[wake] release/lapse to takeover");
+            rep.wake = Some(wake::wake(&main_db, &plan, &stamp).await?);
+        }
+        if want(Section::Variants) {
+            eprintln!("[variants] function-body variants in a scratch schema");
+            rep.variants = Some(variants::run(&pgb, &main_db, &plan).await?);
+        }
+        if want(Section::Storm) {
+            eprintln!("[storm] renew storm");
+            let prefix = if server.is_private() {
+                "storm-".to_string()
+            } else {
+                format!("storm-{stamp}-")
+            };
+            rep.storm =
+                Some(sections::storm(&pgb, &server.db(server::DB_STORM), &plan, &prefix).await?);
+        }
+        if want(Section::Scale) {
+            eprintln!("[scale] acquire latency by number of keys");
+            let db = server.db(server::DB_SCALE);
+            rep.scale = sections::scale(&pgb, &db, &plan).await?;
+            if !server.is_private() {
+                sections::scale_cleanup(&db).await?;
+            }
+        }
+        rep.load_after = stats::LoadAvg::now();
+        rep.suite_seconds = stats::round1(t0.elapsed().as_secs_f64());
+        BoxResult::Ok(rep)
+    })?;
+    std::fs::create_dir_all(&out_dir)?;
+    report.write(&out_dir)?;
+    eprintln!("suite time {:.0} s", t0.elapsed().as_secs_f64());
+    drop(rt);
+    drop(server);
+    Ok(out_dir)
+}
+
+fn cli_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("pglease-bench {}", args.join(" "))
+}

@@ -1,0 +1,91 @@
+//! How long and how wide each section runs: the full suite (`all`) or `--quick`.
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub quick: bool,
+    /// Client counts of W1 and W2.
+    pub clients: Vec<u32>,
+    /// Interleaved rounds per group, and seconds per run (pgbench takes whole seconds).
+    pub rounds: u32,
+    pub seconds: u32,
+    pub warmup_seconds: u32,
+    /// Rounds of the synchronous_commit=on groups (fsync-bound: slower and noisier, fewer rounds).
+    pub rounds_sync_on: u32,
+    /// Rounds of the mixed interleaving (all variants in one run, picked per transaction).
+    pub mixed_rounds: u32,
+    pub mixed_rounds_sync_on: u32,
+    /// The target check: lease and floor only, alternating A B B A .. runs of 1 s.
+    pub target_rounds: u32,
+    pub storm_keys: u64,
+    pub storm_clients: u32,
+    /// Pairs of storm segments (lease, floor) and the seconds of each segment.
+    pub storm_rounds: u32,
+    pub storm_segment_seconds: u32,
+    pub scale_keys: Vec<u64>,
+    pub scale_rounds: u32,
+    pub scale_seconds: u32,
+    pub wake_samples: u32,
+    pub client_rounds: u32,
+    pub client_seconds: u32,
+    pub variant_rounds: u32,
+    pub variant_seconds: u32,
+    pub variant_mixed_rounds: u32,
+}
+
+impl Plan {
+    pub fn full() -> Plan {
+        Plan {
+            quick: false,
+            clients: vec![1, 4, 16],
+            rounds: 3,
+            seconds: 2,
+            warmup_seconds: 1,
+            rounds_sync_on: 2,
+            mixed_rounds: 5,
+            mixed_rounds_sync_on: 3,
+            target_rounds: 10,
+            storm_keys: 10_000,
+            storm_clients: 4,
+            storm_rounds: 3,
+            storm_segment_seconds: 10,
+            scale_keys: vec![1_000, 100_000, 1_000_000],
+            scale_rounds: 3,
+            scale_seconds: 2,
+            wake_samples: 40,
+            client_rounds: 5,
+            client_seconds: 2,
+            variant_rounds: 1,
+            variant_seconds: 2,
+            variant_mixed_rounds: 5,
+        }
+    }
+
+    pub fn quick() -> Plan {
+        Plan {
+            quick: true,
+            clients: vec![1, 4],
+            rounds: 2,
+            seconds: 1,
+            warmup_seconds: 0,
+            rounds_sync_on: 1,
+            mixed_rounds: 1,
+            mixed_rounds_sync_on: 1,
+            target_rounds: 3,
+            storm_keys: 10_000,
+            storm_clients: 4,
+            storm_rounds: 1,
+            storm_segment_seconds: 3,
+            scale_keys: vec![1_000, 100_000],
+            scale_rounds: 1,
+            scale_seconds: 1,
+            wake_samples: 10,
+            client_rounds: 2,
+            client_seconds: 1,
+            variant_rounds: 1,
+            variant_seconds: 1,
+            variant_mixed_rounds: 2,
+        }
+    }
+}

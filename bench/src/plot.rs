@@ -1,0 +1,657 @@
+//! Plots of a run, as SVG and PNG (plotters; text rendered with a system TrueType font through
+//! ab_glyph, so no fontconfig is needed; without any usable font file no plots are written).
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+
+use crate::interleave::GroupResult;
+use crate::report::{Report, TARGETS};
+use crate::{BoxResult, err};
+
+pub struct Plot {
+    pub title: String,
+    pub svg: String,
+    pub png: Option<String>,
+}
+
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+];
+
+fn ensure_font() -> BoxResult<()> {
+    static FONT: OnceLock<Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        for p in FONT_PATHS {
+            if let Ok(bytes) = std::fs::read(p) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return Ok(());
+                }
+            }
+        }
+        Err(format!(
+            "no TrueType font found (looked for {})",
+            FONT_PATHS.join(", ")
+        ))
+    })
+    .clone()
+    .map_err(err)
+}
+
+#[derive(Clone, Copy)]
+enum Axis {
+    Lin(f64, f64),
+    Log(f64, f64),
+}
+
+struct Series {
+    label: String,
+    color: RGBColor,
+    /// Polylines (several when the series has gaps); the label is drawn once.
+    lines: Vec<Vec<(f64, f64)>>,
+    dashed: bool,
+    /// Vertical bars (x, low, high), e.g. the min–max of per-round ratios.
+    bars: Vec<(f64, f64, f64)>,
+}
+
+struct Chart {
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    x: Axis,
+    y: Axis,
+    series: Vec<Series>,
+    /// Horizontal reference lines (y, label).
+    hlines: Vec<(f64, String)>,
+    /// Label the axes with whole numbers (1k, 1M).
+    x_int: bool,
+    y_int: bool,
+}
+
+/// 3, 40, 500, 6k, 70k, 1M.
+fn num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{}M", trim(v / 1e6))
+    } else if a >= 1e4 {
+        format!("{}k", trim(v / 1e3))
+    } else if a >= 1.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.1}");
+    s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
+}
+
+fn color_of(name: &str) -> RGBColor {
+    match name {
+        "lease" => RGBColor(204, 37, 41),
+        "floor" => RGBColor(57, 106, 177),
+        "rowver" => RGBColor(62, 150, 81),
+        "advisory" => RGBColor(218, 124, 48),
+        "select1" | "select1-txn" => RGBColor(128, 128, 128),
+        "typed" => RGBColor(107, 76, 154),
+        _ => RGBColor(83, 81, 84),
+    }
+}
+
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(204, 37, 41),
+    RGBColor(57, 106, 177),
+    RGBColor(62, 150, 81),
+    RGBColor(218, 124, 48),
+    RGBColor(107, 76, 154),
+    RGBColor(128, 128, 128),
+];
+
+fn draw_on<DB, X, Y>(root: &DrawingArea<DB, Shift>, c: &Chart, x: X, y: Y) -> BoxResult<()>
+where
+    DB: DrawingBackend,
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| err(format!("plotting {}: {e:?}", c.title));
+    root.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x, y)
+        .map_err(e)?;
+    let fmt = |v: &f64| num(*v);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(c.x_desc.as_str())
+        .y_desc(c.y_desc.as_str())
+        .label_style(("sans-serif", 13))
+        .light_line_style(RGBColor(235, 235, 235));
+    if c.x_int {
+        mesh.x_label_formatter(&fmt);
+    }
+    if c.y_int {
+        mesh.y_label_formatter(&fmt);
+    }
+    mesh.draw().map_err(e)?;
+    for s in &c.series {
+        let style = ShapeStyle::from(s.color).stroke_width(2);
+        let mut labelled = false;
+        for line in &s.lines {
+            if line.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(line.iter().map(|&p| Circle::new(p, 3, s.color.filled())))
+                .map_err(e)?;
+            let anno = if s.dashed {
+                chart
+                    .draw_series(DashedLineSeries::new(line.iter().copied(), 6, 4, style))
+                    .map_err(e)?
+            } else {
+                chart
+                    .draw_series(LineSeries::new(line.iter().copied(), style))
+                    .map_err(e)?
+            };
+            if !labelled {
+                let color = s.color;
+                let dashed = s.dashed;
+                anno.label(s.label.as_str()).legend(move |(x, y)| {
+                    let st = ShapeStyle::from(color).stroke_width(2);
+                    if dashed {
+                        PathElement::new(vec![(x, y), (x + 7, y)], st)
+                    } else {
+                        PathElement::new(vec![(x, y), (x + 18, y)], st)
+                    }
+                });
+                labelled = true;
+            }
+        }
+        for &(x, lo, hi) in &s.bars {
+            chart
+                .draw_series(LineSeries::new(
+                    vec![(x, lo), (x, hi)],
+                    ShapeStyle::from(s.color).stroke_width(1),
+                ))
+                .map_err(e)?;
+        }
+    }
+    for (yv, label) in &c.hlines {
+        let (x0, x1) = match c.x {
+            Axis::Lin(a, b) | Axis::Log(a, b) => (a, b),
+        };
+        let grey = RGBColor(90, 90, 90);
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(x0, *yv), (x1, *yv)],
+                4,
+                4,
+                ShapeStyle::from(grey),
+            ))
+            .map_err(e)?
+            .label(label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], ShapeStyle::from(grey))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 13))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+fn draw_any<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> BoxResult<()> {
+    let lin = |a: f64, b: f64| -> Range<f64> { a..b };
+    match (c.x, c.y) {
+        (Axis::Lin(a, b), Axis::Lin(p, q)) => draw_on(root, c, lin(a, b), lin(p, q)),
+        (Axis::Log(a, b), Axis::Lin(p, q)) => draw_on(root, c, lin(a, b).log_scale(), lin(p, q)),
+        (Axis::Lin(a, b), Axis::Log(p, q)) => draw_on(root, c, lin(a, b), lin(p, q).log_scale()),
+        (Axis::Log(a, b), Axis::Log(p, q)) => {
+            draw_on(root, c, lin(a, b).log_scale(), lin(p, q).log_scale())
+        }
+    }
+}
+
+/// Writes `<name>.svg` and `<name>.png` into `dir`.
+fn render(dir: &Path, name: &str, c: &Chart, out: &mut Vec<Plot>) -> BoxResult<()> {
+    const SIZE: (u32, u32) = (900, 540);
+    let svg = format!("{name}.svg");
+    let png = format!("{name}.png");
+    {
+        let path = dir.join(&svg);
+        let root = SVGBackend::new(&path, SIZE).into_drawing_area();
+        draw_any(&root, c)?;
+    }
+    let png_ok = {
+        let path = dir.join(&png);
+        let root = BitMapBackend::new(&path, SIZE).into_drawing_area();
+        draw_any(&root, c).is_ok()
+    };
+    out.push(Plot {
+        title: c.title.clone(),
+        svg,
+        png: png_ok.then_some(png),
+    });
+    Ok(())
+}
+
+/// Bounds of a log axis around the values (a little margin, whole decades not required).
+fn log_bounds(values: impl Iterator<Item = f64>) -> Axis {
+    let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+    for v in values.filter(|v| v.is_finite() && *v > 0.0) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if lo > hi {
+        return Axis::Log(1.0, 10.0);
+    }
+    Axis::Log(lo / 1.5, hi * 1.5)
+}
+
+fn lin_bounds(values: impl Iterator<Item = f64>, from_zero: bool) -> Axis {
+    let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if lo > hi {
+        return Axis::Lin(0.0, 1.0);
+    }
+    if from_zero {
+        lo = 0.0;
+    }
+    let pad = ((hi - lo) * 0.08).max(1e-9);
+    Axis::Lin(if from_zero { 0.0 } else { lo - pad }, hi + pad)
+}
+
+fn clients_axis(groups: &[&GroupResult]) -> Axis {
+    let max = groups.iter().map(|g| g.clients).max().unwrap_or(1) as f64;
+    Axis::Log(0.8, max * 1.25)
+}
+
+/// Latency percentiles and throughput by clients, one pair of plots per workload and sync mode.
+fn group_plots(dir: &Path, wl: &str, groups: &[GroupResult], out: &mut Vec<Plot>) -> BoxResult<()> {
+    for sync in ["off", "on"] {
+        let gs: Vec<&GroupResult> = groups.iter().filter(|g| g.sync_commit == sync).collect();
+        if gs.is_empty() {
+            continue;
+        }
+        let names: Vec<String> = gs[0].variants.iter().map(|v| v.name.clone()).collect();
+        let mut lat = Vec::new();
+        let mut tput = Vec::new();
+        for n in &names {
+            let pts = |f: &dyn Fn(&crate::interleave::VariantResult) -> f64| -> Vec<(f64, f64)> {
+                gs.iter()
+                    .filter_map(|g| g.variant(n).map(|v| (g.clients as f64, f(v))))
+                    .collect()
+            };
+            lat.push(Series {
+                label: format!("{n} p50"),
+                color: color_of(n),
+                lines: vec![pts(&|v| v.latency.p50_us as f64)],
+                dashed: false,
+                bars: vec![],
+            });
+            lat.push(Series {
+                label: format!("{n} p99"),
+                color: color_of(n),
+                lines: vec![pts(&|v| v.latency.p99_us as f64)],
+                dashed: true,
+                bars: vec![],
+            });
+            tput.push(Series {
+                label: n.clone(),
+                color: color_of(n),
+                lines: vec![pts(&|v| v.tps.median)],
+                dashed: false,
+                bars: gs
+                    .iter()
+                    .filter_map(|g| {
+                        g.variant(n)
+                            .map(|v| (g.clients as f64, v.tps.min, v.tps.max))
+                    })
+                    .collect(),
+            });
+        }
+        let ys = lat
+            .iter()
+            .flat_map(|s| s.lines.iter().flatten().map(|p| p.1))
+            .collect::<Vec<_>>();
+        render(
+            dir,
+            &format!("{}-latency-sync-{sync}", wl.to_lowercase()),
+            &Chart {
+                title: format!("{wl} latency by clients (synchronous_commit={sync})"),
+                x_desc: "clients".into(),
+                y_desc: "latency per transaction, µs (log)".into(),
+                x: clients_axis(&gs),
+                y: log_bounds(ys.into_iter()),
+                series: lat,
+                hlines: vec![],
+                x_int: true,
+                y_int: true,
+            },
+            out,
+        )?;
+        let ys = tput
+            .iter()
+            .flat_map(|s| s.bars.iter().map(|b| b.2))
+            .collect::<Vec<_>>();
+        render(
+            dir,
+            &format!("{}-throughput-sync-{sync}", wl.to_lowercase()),
+            &Chart {
+                title: format!(
+                    "{wl} throughput by clients (synchronous_commit={sync}; bars: min–max of rounds)"
+                ),
+                x_desc: "clients".into(),
+                y_desc: "transactions per second".into(),
+                x: clients_axis(&gs),
+                y: lin_bounds(ys.into_iter(), true),
+                series: tput,
+                hlines: vec![],
+                x_int: true,
+                y_int: true,
+            },
+            out,
+        )?;
+    }
+    Ok(())
+}
+
+/// lease / floor time ratio by clients, with min–max of the rounds and the targets.
+fn ratio_plot(dir: &Path, r: &Report, out: &mut Vec<Plot>) -> BoxResult<()> {
+    let mut series = Vec::new();
+    let mut all: Vec<&GroupResult> = Vec::new();
+    let sets = [
+        ("W1", "off", &r.cycle, true),
+        ("W1", "on", &r.cycle, true),
+        ("W2", "off", &r.contend, true),
+        ("W1", "off", &r.cycle, false),
+    ];
+    for (i, (wl, sync, groups, mixed)) in sets.iter().enumerate() {
+        let Some(groups) = groups else { continue };
+        let gs: Vec<&GroupResult> = groups.iter().filter(|g| g.sync_commit == *sync).collect();
+        let pts: Vec<(f64, f64, f64, f64)> = gs
+            .iter()
+            .filter_map(|g| {
+                g.ratio("lease", "floor").map(|x| {
+                    let s = if *mixed { &x.mixed_mean } else { &x.time };
+                    (g.clients as f64, s.median, s.min, s.max)
+                })
+            })
+            .filter(|p| p.1.is_finite() && p.1 > 0.0)
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        all.extend(gs);
+        series.push(Series {
+            label: if *mixed {
+                format!("{wl} synchronous_commit={sync}, mixed runs (mean latency)")
+            } else {
+                format!("{wl} synchronous_commit={sync}, alternating rounds (tps)")
+            },
+            color: PALETTE[i],
+            lines: vec![pts.iter().map(|p| (p.0, p.1)).collect()],
+            dashed: !*mixed,
+            bars: pts.iter().map(|p| (p.0, p.2, p.3)).collect(),
+        });
+    }
+    if series.is_empty() {
+        return Ok(());
+    }
+    let ys: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.bars.iter().flat_map(|b| [b.1, b.2]))
+        .chain([1.0, 1.35])
+        .collect();
+    let hlines = TARGETS
+        .iter()
+        .map(|(c, t)| {
+            (
+                *t,
+                format!(
+                    "target at {c} client{}: {t:.2}×",
+                    if *c == 1 { "" } else { "s" }
+                ),
+            )
+        })
+        .chain([(1.0, "floor (1×)".to_string())])
+        .collect();
+    render(
+        dir,
+        "ratio-lease-floor",
+        &Chart {
+            title: "Lease time per transaction relative to its bare-SQL floor".into(),
+            x_desc: "clients".into(),
+            y_desc: "lease / floor, time per transaction".into(),
+            x: clients_axis(&all),
+            y: lin_bounds(ys.into_iter(), false),
+            series,
+            hlines,
+            x_int: true,
+            y_int: false,
+        },
+        out,
+    )
+}
+
+fn storm_plots(dir: &Path, r: &Report, out: &mut Vec<Plot>) -> BoxResult<()> {
+    let Some(s) = &r.storm else { return Ok(()) };
+    let mut series = Vec::new();
+    for name in ["lease", "floor"] {
+        let lines: Vec<Vec<(f64, f64)>> = s
+            .segments
+            .iter()
+            .filter(|seg| seg.run.variant == name)
+            .map(|seg| {
+                // Drop the partial first and last seconds of each segment.
+                let n = seg.per_second.len();
+                seg.per_second
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i > 0 && *i + 1 < n)
+                    .map(|(i, c)| (seg.start_s + i as f64 + 0.5, *c as f64))
+                    .collect()
+            })
+            .collect();
+        series.push(Series {
+            label: format!("{name} renews per second"),
+            color: color_of(name),
+            lines,
+            dashed: false,
+            bars: vec![],
+        });
+    }
+    let t_end = s.samples.last().map_or(1.0, |x| x.t);
+    let ys = series
+        .iter()
+        .flat_map(|x| x.lines.iter().flatten().map(|p| p.1))
+        .collect::<Vec<_>>();
+    render(
+        dir,
+        "storm-throughput",
+        &Chart {
+            title: format!(
+                "Renew storm: {} held keys, {} clients (segments alternate)",
+                s.keys, s.clients
+            ),
+            x_desc: "seconds".into(),
+            y_desc: "renews per second".into(),
+            x: Axis::Lin(0.0, t_end),
+            y: lin_bounds(ys.into_iter(), true),
+            series,
+            hlines: vec![],
+            x_int: true,
+            y_int: true,
+        },
+        out,
+    )?;
+    let tables: Vec<String> = s.samples.first().map_or(vec![], |x| {
+        x.tables.iter().map(|t| t.table.clone()).collect()
+    });
+    let mut size = Vec::new();
+    let mut dead = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let col = if t.starts_with("lease") {
+            color_of("lease")
+        } else {
+            color_of("floor")
+        };
+        let pts = |f: &dyn Fn(&crate::sections::TableStat) -> f64| -> Vec<(f64, f64)> {
+            s.samples
+                .iter()
+                .filter_map(|x| x.tables.get(i).map(|ts| (x.t, f(ts))))
+                .collect()
+        };
+        size.push(Series {
+            label: format!("{t} heap, KiB"),
+            color: col,
+            lines: vec![pts(&|ts| ts.heap_bytes as f64 / 1024.0)],
+            dashed: false,
+            bars: vec![],
+        });
+        size.push(Series {
+            label: format!("{t} index, KiB"),
+            color: col,
+            lines: vec![pts(&|ts| ts.index_bytes as f64 / 1024.0)],
+            dashed: true,
+            bars: vec![],
+        });
+        dead.push(Series {
+            label: format!("{t} dead tuples"),
+            color: col,
+            lines: vec![pts(&|ts| ts.dead_tuples as f64)],
+            dashed: false,
+            bars: vec![],
+        });
+    }
+    for (name, title, ylabel, ser) in [
+        (
+            "storm-size",
+            "Renew storm: table and index size",
+            "KiB",
+            size,
+        ),
+        (
+            "storm-dead-tuples",
+            "Renew storm: dead tuples (pg_stat_user_tables)",
+            "n_dead_tup",
+            dead,
+        ),
+    ] {
+        let ys = ser
+            .iter()
+            .flat_map(|x| x.lines.iter().flatten().map(|p| p.1))
+            .collect::<Vec<_>>();
+        render(
+            dir,
+            name,
+            &Chart {
+                title: title.into(),
+                x_desc: "seconds".into(),
+                y_desc: ylabel.into(),
+                x: Axis::Lin(0.0, t_end),
+                y: lin_bounds(ys.into_iter(), true),
+                series: ser,
+                hlines: vec![],
+                x_int: true,
+                y_int: true,
+            },
+            out,
+        )?;
+    }
+    Ok(())
+}
+
+fn scale_plot(dir: &Path, r: &Report, out: &mut Vec<Plot>) -> BoxResult<()> {
+    let Some(points) = &r.scale else {
+        return Ok(());
+    };
+    let mut series = Vec::new();
+    for name in ["lease", "floor"] {
+        for (p, dashed) in [("p50", false), ("p99", true)] {
+            let pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter_map(|pt| {
+                    pt.group.variant(name).map(|v| {
+                        (
+                            pt.keys as f64,
+                            if p == "p50" {
+                                v.latency.p50_us
+                            } else {
+                                v.latency.p99_us
+                            } as f64,
+                        )
+                    })
+                })
+                .collect();
+            series.push(Series {
+                label: format!("{name} {p}"),
+                color: color_of(name),
+                lines: vec![pts],
+                dashed,
+                bars: vec![],
+            });
+        }
+    }
+    let xs: Vec<f64> = points.iter().map(|p| p.keys as f64).collect();
+    let ys = series
+        .iter()
+        .flat_map(|x| x.lines.iter().flatten().map(|p| p.1))
+        .collect::<Vec<_>>();
+    render(
+        dir,
+        "scale-acquire-latency",
+        &Chart {
+            title: "Acquire (grant) latency by number of keys, 1 client".into(),
+            x_desc: "keys in the table (log)".into(),
+            y_desc: "latency, µs (log)".into(),
+            x: log_bounds(xs.into_iter()),
+            y: log_bounds(ys.into_iter()),
+            series,
+            hlines: vec![],
+            x_int: true,
+            y_int: true,
+        },
+        out,
+    )
+}
+
+/// Every plot of the report; returns what was written.
+pub fn all(r: &Report, dir: &Path) -> BoxResult<Vec<Plot>> {
+    ensure_font()?;
+    let mut out = Vec::new();
+    ratio_plot(dir, r, &mut out)?;
+    if let Some(g) = &r.cycle {
+        group_plots(dir, "W1", g, &mut out)?;
+    }
+    if let Some(g) = &r.contend {
+        group_plots(dir, "W2", g, &mut out)?;
+    }
+    storm_plots(dir, r, &mut out)?;
+    scale_plot(dir, r, &mut out)?;
+    Ok(out)
+}

@@ -1,0 +1,546 @@
+//! Where does the lease's overhead over its floor go? Copies of the installed `lease.acquire`,
+//! `lease.renew` and `lease.release` (read back with `pg_get_functiondef`, so they are exactly what
+//! the extension installed) are created in scratch schemas, each on its own copy of the table and
+//! with one thing changed, and run as W1 side by side with the real functions and the floor.
+//!
+//! Variants that drop SECURITY DEFINER or the pinned search_path only *measure* what those cost;
+//! they are not proposals (safety is not traded for speed).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+use tokio_postgres::Client;
+
+use crate::interleave::{Group, GroupResult, run_group};
+use crate::plan::Plan;
+use crate::scripts::{self, Variant};
+use crate::server::{Db, leases_like};
+use crate::{BoxResult, err};
+
+/// The functions copied into each scratch schema: the three of the cycle and the internal helpers
+/// they call on their error paths (so the copies raise the same errors).
+const FUNCTIONS: [&str; 7] = [
+    "lease._text_violations(text, text, boolean, boolean)",
+    "lease._interval_violations(text, interval, boolean)",
+    "lease._raise_invalid_input(text, text[])",
+    "lease._refusal(text, text, bigint)",
+    "lease.acquire(text, text, interval, interval)",
+    "lease.renew(text, text, bigint, interval)",
+    "lease.release(text, text, bigint)",
+];
+
+const PATH_MIN: &str = " SET search_path TO 'pg_catalog', 'pg_temp'\n";
+const DEFINER: &str = " SECURITY DEFINER\n";
+
+/// An edit of one function definition: (function name, definition) -> new definition.
+type Edit = fn(&str, &str) -> Result<String, String>;
+
+struct Spec {
+    name: &'static str,
+    what: &'static str,
+    edit: Edit,
+}
+
+fn replace_once(def: &str, from: &str, to: &str) -> Result<String, String> {
+    if def.contains(from) {
+        Ok(def.replacen(from, to, 1))
+    } else {
+        Err(format!("{from:?} not found"))
+    }
+}
+
+/// The input-validation block at the top of the body: `    IF <fn>.key IS NULL ... END IF;\n`.
+fn validation_block(func: &str, def: &str) -> Result<(usize, usize), String> {
+    let start = def
+        .find(&format!("    IF {func}.key IS NULL"))
+        .ok_or_else(|| format!("no validation block in {func}"))?;
+    let end = def[start..]
+        .find("\n    END IF;\n")
+        .map(|e| start + e + "\n    END IF;\n".len())
+        .ok_or_else(|| format!("unterminated validation block in {func}"))?;
+    Ok((start, end))
+}
+
+fn edit_none(_: &str, def: &str) -> Result<String, String> {
+    Ok(def.to_string())
+}
+
+/// The ` SET search_path TO ...` line of a definition, whatever its value.
+fn set_path_line(def: &str) -> Result<&str, String> {
+    let start = def
+        .find(" SET search_path TO ")
+        .ok_or("no SET search_path")?;
+    let end = def[start..].find('\n').map_or(def.len(), |e| start + e + 1);
+    Ok(&def[start..end])
+}
+
+fn edit_path_min(_: &str, def: &str) -> Result<String, String> {
+    let line = set_path_line(def)?;
+    if line == PATH_MIN {
+        return Err(
+            "the installed functions already SET search_path TO 'pg_catalog', 'pg_temp'".into(),
+        );
+    }
+    replace_once(def, line, PATH_MIN)
+}
+
+fn edit_no_set(_: &str, def: &str) -> Result<String, String> {
+    replace_once(def, set_path_line(def)?, "")
+}
+
+fn edit_plain(_: &str, def: &str) -> Result<String, String> {
+    replace_once(&edit_no_set("", def)?, DEFINER, "")
+}
+
+/// Measurement only: no input validation at all.
+fn edit_no_validate(func: &str, def: &str) -> Result<String, String> {
+    let (a, b) = validation_block(func, def)?;
+    Ok(format!("{}{}", &def[..a], &def[b..]))
+}
+
+/// Proposal: validate on the slow path only where the fast path cannot act on invalid input.
+/// release: an invalid key, owner or epoch matches no row (every stored key and owner passed
+/// validation when it was granted, and `= NULL` is never true), so the UPDATE changes nothing and
+/// the full validation runs before the refusal is judged. renew: the same, except that a bad ttl
+/// would be written, so the fast path keeps the ttl checks. acquire writes the owner and ttl of
+/// the call: unchanged.
+fn edit_slow_validate(func: &str, def: &str) -> Result<String, String> {
+    if func != "renew" && func != "release" {
+        return Ok(def.to_string());
+    }
+    let (a, b) = validation_block(func, def)?;
+    let block = &def[a..b];
+    let fast = if func == "renew" {
+        let cond_start = block.find("IF ").ok_or("no IF")? + 3;
+        let cond_end = block.find("\n    THEN").ok_or("no THEN")?;
+        let ttl_only =
+            "renew.ttl IS NULL OR renew.ttl <= interval '0' OR renew.ttl > interval '365 days'
+       OR (CASE WHEN renew.ttl <= interval '365 days'
+                THEN pg_catalog.clock_timestamp() + renew.ttl <= pg_catalog.clock_timestamp() END)";
+        format!("{}{ttl_only}{}", &block[..cond_start], &block[cond_end..])
+    } else {
+        String::new()
+    };
+    let rest = format!("{}{fast}{}", &def[..a], &def[b..]);
+    let call = rest
+        .match_indices(&format!("{func}.status := "))
+        .map(|(p, _)| p)
+        .find(|&p| {
+            rest[p..]
+                .lines()
+                .next()
+                .is_some_and(|l| l.contains("_refusal("))
+        })
+        .ok_or_else(|| format!("no refusal path in {func}"))?;
+    let pos = rest[..call].rfind('\n').map_or(0, |n| n + 1);
+    Ok(format!("{}{block}{}", &rest[..pos], &rest[pos..]))
+}
+
+/// The schema a (renamed) definition creates its function in.
+fn schema_in(def: &str) -> Result<&str, String> {
+    let rest = def
+        .split_once("FUNCTION ")
+        .map(|(_, r)| r)
+        .ok_or("no FUNCTION")?;
+    rest.split_once('.')
+        .map(|(s, _)| s)
+        .ok_or_else(|| "no schema".into())
+}
+
+/// Measurement only: renew and release as `LANGUAGE sql` bodies (one data-modifying CTE, the
+/// refusal judged by the same helper only when the UPDATE found nothing). Not equivalent under
+/// concurrency (no lock-wait re-judging, no waiter notification), so never a proposal as is; it
+/// shows what a non-PL/pgSQL body costs on this server (PostgreSQL before 18 plans an SQL
+/// function's statements on every call of a prepared outer statement).
+fn edit_sql_bodies(func: &str, def: &str) -> Result<String, String> {
+    let s = schema_in(def)?;
+    Ok(match func {
+        "renew" => format!(
+            "CREATE OR REPLACE FUNCTION {s}.renew(key text, owner text, epoch bigint, ttl interval,
+    OUT status text, OUT expires_at timestamp with time zone)
+ RETURNS record
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH u AS (
+        UPDATE {s}.leases AS l
+           SET expires_at = pg_catalog.clock_timestamp() + renew.ttl
+         WHERE l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
+           AND l.expires_at > pg_catalog.clock_timestamp()
+        RETURNING l.expires_at)
+    SELECT COALESCE((SELECT 'ok' FROM u), {s}._refusal(renew.key, renew.owner, renew.epoch)),
+           (SELECT u.expires_at FROM u)
+$function$
+"
+        ),
+        "release" => format!(
+            "CREATE OR REPLACE FUNCTION {s}.release(key text, owner text, epoch bigint, OUT status text)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH u AS (
+        UPDATE {s}.leases AS l
+           SET owner = NULL, epoch = l.epoch + 1, expires_at = pg_catalog.clock_timestamp()
+         WHERE l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
+           AND l.expires_at > pg_catalog.clock_timestamp()
+        RETURNING l.waiting)
+    SELECT COALESCE((SELECT 'ok' FROM u), {s}._refusal(release.key, release.owner, release.epoch))
+$function$
+"
+        ),
+        _ => def.to_string(),
+    })
+}
+
+const SPECS: &[Spec] = &[
+    Spec {
+        name: "copy",
+        what: "verbatim copy of the installed functions (control: should match `lease`)",
+        edit: edit_none,
+    },
+    Spec {
+        name: "slow-validate",
+        what: "proposal: release validates only on its refusal path, renew checks only the ttl before its UPDATE (an invalid key, owner or epoch matches no row), full validation before any refusal; acquire unchanged",
+        edit: edit_slow_validate,
+    },
+    Spec {
+        name: "path-min",
+        what: "SET search_path TO 'pg_catalog', 'pg_temp' (every reference is qualified already; one schema fewer per call)",
+        edit: edit_path_min,
+    },
+    Spec {
+        name: "sql-bodies",
+        what: "measurement only: renew and release as LANGUAGE sql (one CTE each; not equivalent under concurrency)",
+        edit: edit_sql_bodies,
+    },
+    Spec {
+        name: "no-validate",
+        what: "measurement only: no input validation (what validation costs)",
+        edit: edit_no_validate,
+    },
+    Spec {
+        name: "no-set",
+        what: "measurement only: without SET search_path (unsafe for SECURITY DEFINER)",
+        edit: edit_no_set,
+    },
+    Spec {
+        name: "plain",
+        what: "measurement only: neither SECURITY DEFINER nor SET (the whole cost of running as the extension owner)",
+        edit: edit_plain,
+    },
+];
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VariantsResult {
+    pub variants: Vec<(String, String)>,
+    /// Variants whose edit did not apply to the installed functions (and why).
+    pub skipped: Vec<String>,
+    /// Contract checks of each variant: what failed (empty: passed).
+    pub checks: Vec<(String, Vec<String>)>,
+    /// The functions of the `slow-validate` proposal, as measured (scratch schema names).
+    pub proposal_sql: Option<String>,
+    pub groups: Vec<GroupResult>,
+}
+
+fn schema_of(name: &str) -> String {
+    format!("pglease_scratch_{}", name.replace('-', "_"))
+}
+
+async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<String> {
+    let s = schema_of(spec.name);
+    c.batch_execute(&format!(
+        "DROP SCHEMA IF EXISTS {s} CASCADE; CREATE SCHEMA {s};"
+    ))
+    .await?;
+    // The copy's primary key is named leases_pkey like the original's (acquire names it).
+    let mut sql = leases_like(c, &format!("{s}.leases")).await?;
+    let mut public = String::new();
+    sql.push_str(&format!(
+        "CREATE TABLE {s}.epoch_floor (floor bigint NOT NULL, sentinel boolean NOT NULL DEFAULT false);
+         INSERT INTO {s}.epoch_floor (floor, sentinel) VALUES (0, true);\n"
+    ));
+    for def in defs {
+        let mut d = def
+            .replacen(
+                "CREATE OR REPLACE FUNCTION lease.",
+                &format!("CREATE OR REPLACE FUNCTION {s}."),
+                1,
+            )
+            .replace("lease.leases", &format!("{s}.leases"))
+            .replace("lease._", &format!("{s}._"))
+            .replace("lease.epoch_floor", &format!("{s}.epoch_floor"));
+        let func = d
+            .split_once(&format!("FUNCTION {s}."))
+            .and_then(|(_, rest)| rest.split_once('('))
+            .map(|(name, _)| name.to_string())
+            .unwrap_or_default();
+        if !func.starts_with('_') {
+            d = (spec.edit)(&func, &d).map_err(|e| err(format!("variant {}: {e}", spec.name)))?;
+            public.push_str(&d);
+            public.push_str(";\n\n");
+        }
+        sql.push_str(&d);
+        sql.push_str(";\n");
+    }
+    c.batch_execute(&sql).await?;
+    Ok(public)
+}
+
+/// Checks that a variant still behaves as the contract says on the paths the edit touched:
+/// the cycle works, invalid input raises 22023 naming every violation, refusals keep their
+/// statuses. Returns what failed.
+async fn sanity(c: &Client, s: &str) -> Vec<String> {
+    let mut failed = Vec::new();
+    let q = |sql: String| async move { c.simple_query(&sql).await };
+    let expect_22023 =
+        |r: Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error>,
+         detail: &str,
+         what: &str,
+         failed: &mut Vec<String>| {
+            match r {
+                Err(e) => match e.as_db_error() {
+                    Some(db)
+                        if db.code().code() == "22023"
+                            && db.detail().is_some_and(|d| d.contains(detail)) => {}
+                    Some(db) => failed.push(format!(
+                        "{what}: {} {} {:?}",
+                        db.code().code(),
+                        db.message(),
+                        db.detail()
+                    )),
+                    None => failed.push(format!("{what}: {e}")),
+                },
+                Ok(_) => failed.push(format!("{what}: no error")),
+            }
+        };
+    let one = |r: Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error>| -> Option<String> {
+        r.ok()?.into_iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        })
+    };
+    let epoch = one(q(format!(
+        "SELECT epoch FROM {s}.acquire('sanity', 'o', interval '1 minute')"
+    ))
+    .await);
+    let Some(epoch) = epoch else {
+        return vec!["acquire did not grant".into()];
+    };
+    let checks = [
+        (
+            format!("SELECT status FROM {s}.renew('sanity', 'o', {epoch}, interval '1 minute')"),
+            "ok",
+        ),
+        (
+            format!("SELECT status FROM {s}.renew('sanity', 'x', {epoch}, interval '1 minute')"),
+            "not_owner",
+        ),
+        (
+            format!(
+                "SELECT status FROM {s}.renew('sanity', 'o', {epoch} + 1, interval '1 minute')"
+            ),
+            "epoch_mismatch",
+        ),
+        (
+            format!("SELECT status FROM {s}.release('sanity', 'o', {epoch} + 1)"),
+            "epoch_mismatch",
+        ),
+        (
+            format!("SELECT status FROM {s}.release('nope', 'o', 1)"),
+            "not_owner",
+        ),
+        (
+            format!("SELECT status FROM {s}.release('sanity', 'o', {epoch})"),
+            "ok",
+        ),
+    ];
+    for (sql, want) in checks {
+        let got = one(q(sql.clone()).await);
+        if got.as_deref() != Some(want) {
+            failed.push(format!("{sql}: {got:?}, want {want}"));
+        }
+    }
+    let long = "x".repeat(1025);
+    expect_22023(
+        q(format!("SELECT {s}.release('', NULL, NULL)")).await,
+        "key must not be empty; owner must not be NULL; epoch must not be NULL",
+        "release invalid",
+        &mut failed,
+    );
+    expect_22023(
+        q(format!("SELECT {s}.release('sanity', '{long}', 1)")).await,
+        "owner must be at most 1024 bytes (got 1025)",
+        "release long owner",
+        &mut failed,
+    );
+    expect_22023(
+        q(format!("SELECT {s}.renew('', 'o', 1, interval '1 minute')")).await,
+        "key must not be empty",
+        "renew empty key",
+        &mut failed,
+    );
+    expect_22023(
+        q(format!("SELECT {s}.renew('sanity', 'o', 1, interval '0')")).await,
+        "ttl must be positive",
+        "renew zero ttl",
+        &mut failed,
+    );
+    expect_22023(
+        q(format!(
+            "SELECT {s}.renew(NULL, '', NULL, interval '400 days')"
+        ))
+        .await,
+        "key must not be NULL; owner must not be empty; epoch must not be NULL; ttl must be at most 365 days",
+        "renew all invalid",
+        &mut failed,
+    );
+    failed
+}
+
+fn w1_script(schema: &str, name: &'static str, what: &'static str) -> Variant {
+    let base = scripts::w1_lease();
+    Variant {
+        name,
+        what,
+        script: base.script.replace("lease.", &format!("{schema}.")),
+    }
+}
+
+pub async fn run(pgbench: &Path, db: &Db, plan: &Plan) -> BoxResult<VariantsResult> {
+    let c = db.connect(false).await?;
+    let mut defs = Vec::new();
+    for f in FUNCTIONS {
+        let row = c
+            .query_one(
+                &format!("SELECT pg_get_functiondef('{f}'::regprocedure)"),
+                &[],
+            )
+            .await?;
+        defs.push(row.get::<_, String>(0));
+    }
+    let mut variants = vec![scripts::w1_lease()];
+    let mut skipped = Vec::new();
+    let mut checks = Vec::new();
+    let mut proposal_sql = None;
+    for spec in SPECS {
+        match create_variant(&c, &defs, spec).await {
+            Ok(sql) => {
+                let problems = sanity(&c, &schema_of(spec.name)).await;
+                if !problems.is_empty() {
+                    eprintln!(
+                        "  variant {}: contract check failed: {problems:?}",
+                        spec.name
+                    );
+                }
+                checks.push((spec.name.to_string(), problems));
+                if spec.name == "slow-validate" {
+                    proposal_sql = Some(sql);
+                }
+                variants.push(w1_script(&schema_of(spec.name), spec.name, spec.what));
+            }
+            Err(e) => {
+                eprintln!("  variant {} skipped: {e}", spec.name);
+                skipped.push(format!("{}: {e}", spec.name));
+            }
+        }
+    }
+    variants.push(scripts::w1_floor());
+    let mut groups = Vec::new();
+    for &clients in plan
+        .clients
+        .iter()
+        .filter(|&&c| c <= if plan.quick { 1 } else { 4 })
+    {
+        let g = Group {
+            workload: "W1-variants".into(),
+            sync_commit: false,
+            clients,
+            variants: variants.clone(),
+            baseline: "floor",
+            rounds: plan.variant_rounds,
+            mixed_rounds: plan.variant_mixed_rounds,
+            seconds: plan.variant_seconds,
+            warmup_seconds: plan.warmup_seconds,
+        };
+        groups.push(run_group(pgbench, &db.conninfo(), &g).await?);
+    }
+    Ok(VariantsResult {
+        variants: variants
+            .iter()
+            .map(|v| (v.name.to_string(), v.what.to_string()))
+            .collect(),
+        skipped,
+        checks,
+        proposal_sql,
+        groups,
+    })
+}
+
+pub fn markdown(w: &mut String, v: &VariantsResult) {
+    let _ = writeln!(
+        w,
+        "## Function-body variants (W1, synchronous_commit=off; scratch schemas, each on its own copy of the table)\n"
+    );
+    for (name, what) in &v.variants {
+        let _ = writeln!(w, "- `{name}`: {what}");
+    }
+    for (name, problems) in &v.checks {
+        if !problems.is_empty() {
+            let _ = writeln!(
+                w,
+                "- `{name}` fails the contract checks ({} of them), as expected for a measurement-only variant",
+                problems.len()
+            );
+        }
+    }
+    for s in &v.skipped {
+        let _ = writeln!(w, "- skipped: {s}");
+    }
+    let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "Mixed runs (all variants in one pgbench run, picked per transaction); mean transaction time and ratios per run, median (min–max):\n"
+    );
+    let _ = writeln!(
+        w,
+        "| clients | variant | mean | p50 | ratio to floor | ratio to lease | contract checks |\n| --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for g in &v.groups {
+        for var in &g.variants {
+            let to_floor = if var.name == "floor" {
+                "1".to_string()
+            } else {
+                g.ratio(&var.name, "floor")
+                    .map_or("–".into(), |r| r.mixed_mean.ratio_text())
+            };
+            let to_lease = if var.name == "lease" {
+                "1".to_string()
+            } else {
+                // ratios are stored as lease / x; invert for x / lease.
+                g.ratio("lease", &var.name).map_or("–".into(), |r| {
+                    let inv: Vec<f64> = r.mixed_mean.values.iter().map(|x| 1.0 / x).collect();
+                    crate::stats::Spread::of(&inv).ratio_text()
+                })
+            };
+            let check = match v.checks.iter().find(|(n, _)| *n == var.name) {
+                Some((_, p)) if p.is_empty() => "pass",
+                Some(_) => "fail",
+                None => "",
+            };
+            let (mean, p50) = var
+                .mixed_latency
+                .as_ref()
+                .map_or((f64::NAN, 0), |l| (l.mean_us, l.p50_us));
+            let _ = writeln!(
+                w,
+                "| {} | {} | {:.0} µs | {} µs | {} | {} | {} |",
+                g.clients, var.name, mean, p50, to_floor, to_lease, check
+            );
+        }
+    }
+    let _ = writeln!(w);
+}
