@@ -8,6 +8,8 @@
 //! a plain non-superuser) and `app` (a plain non-superuser that only calls the API).
 //! Every test uses its own keys (`key(...)`) or its own database (`fresh_db(...)`).
 
+pub mod calls;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};

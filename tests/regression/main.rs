@@ -23,6 +23,8 @@ mod waiters;
 
 use std::time::SystemTime;
 
+pub use pglease_tests::calls::{Inspected, inspect, release, renew};
+
 use tokio_postgres::Client;
 
 /// The outcome of `lease.acquire`: (acquired, epoch, expires_at).
@@ -45,52 +47,6 @@ pub async fn grant(c: &Client, key: &str, owner: &str, ttl: &str) -> i64 {
     let (acquired, epoch, _) = acquire(c, key, owner, ttl, "0").await;
     assert!(acquired, "{owner} should have been granted {key}");
     epoch.expect("a grant carries an epoch")
-}
-
-/// `lease.renew`: (status, expires_at).
-pub async fn renew(
-    c: &Client,
-    key: &str,
-    owner: &str,
-    epoch: i64,
-    ttl: &str,
-) -> (String, Option<SystemTime>) {
-    let row = c
-        .query_one(
-            "SELECT status, expires_at FROM lease.renew($1, $2, $3, $4::text::interval)",
-            &[&key, &owner, &epoch, &ttl],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("lease.renew({key}, {owner}, {epoch}, {ttl}): {e}"));
-    (row.get(0), row.get(1))
-}
-
-/// `lease.release`: status.
-pub async fn release(c: &Client, key: &str, owner: &str, epoch: i64) -> String {
-    c.query_one(
-        "SELECT status FROM lease.release($1, $2, $3)",
-        &[&key, &owner, &epoch],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("lease.release({key}, {owner}, {epoch}): {e}"))
-    .get(0)
-}
-
-/// `lease.inspect` as (held, owner, epoch, expires_at); None for zero rows.
-pub type Inspected = (bool, Option<String>, i64, Option<SystemTime>);
-
-/// `lease.inspect(key)`; asserts at most one row.
-pub async fn inspect(c: &Client, key: &str) -> Option<Inspected> {
-    let rows = c
-        .query(
-            "SELECT held, owner, epoch, expires_at FROM lease.inspect($1)",
-            &[&key],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("lease.inspect({key}): {e}"));
-    assert!(rows.len() <= 1, "inspect returns at most one row");
-    rows.first()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
 }
 
 /// Makes `key`, held by `owner` at epoch 1 with a short ttl, lapse; returns once the server's clock

@@ -57,4 +57,5 @@ pub use fetch::{fetch, fetch_into};
 pub use install::{Installation, Source};
 pub use registry::cleanup_registered;
 pub use sweep::sweep_stale;
+pub use user::{ServerUser, server_user};
 pub use version::PgVersion;

@@ -9,9 +9,13 @@ use crate::error::{Error, IoContext, Result};
 
 /// An unprivileged user that runs initdb and postgres when we are root.
 #[derive(Clone, Debug)]
-pub(crate) struct ServerUser {
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
+pub struct ServerUser {
+    /// The user's name (`PGCLUSTER_USER`, default `nobody`).
+    pub name: String,
+    /// Its uid (never 0).
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
 }
 
 /// Whether this process runs with effective uid 0.
@@ -22,7 +26,13 @@ pub(crate) fn is_root() -> bool {
 
 /// Returns `None` when not root (the server runs as us); when root, looks up
 /// `$PGCLUSTER_USER` (default `nobody`).
-pub(crate) fn server_user() -> Result<Option<ServerUser>> {
+/// The user that PostgreSQL processes must run as: `None` when we are not root (they run as us),
+/// else `PGCLUSTER_USER` (default `nobody`), which must exist and must not be root.
+///
+/// # Errors
+///
+/// [`Error::UnknownUser`] if that user does not exist or is root.
+pub fn server_user() -> Result<Option<ServerUser>> {
     if !is_root() {
         return Ok(None);
     }
@@ -53,6 +63,7 @@ pub(crate) fn server_user() -> Result<Option<ServerUser>> {
         return Err(unknown());
     }
     Ok(Some(ServerUser {
+        name,
         uid: pwd.pw_uid,
         gid: pwd.pw_gid,
     }))

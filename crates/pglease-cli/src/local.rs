@@ -28,7 +28,7 @@
 //! extension files (a non-root user with a system PostgreSQL), the extension-less installer
 //! ([`pglease::install`]) runs instead.
 
-use std::ffi::CString;
+use pgcluster::ServerUser;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -463,52 +463,15 @@ fn write_extension_files(ext_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The unprivileged user the server runs as when we are root.
-#[derive(Debug, Clone)]
-struct ServerUser {
-    name: String,
-    uid: u32,
-    gid: u32,
-}
-
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
-/// `None` when not root; as root, `$PGCLUSTER_USER` (default `nobody`), looked up with getpwnam_r.
+/// The user the local server runs as (pgcluster's rule: `PGCLUSTER_USER`, default `nobody`, when
+/// root; ourselves otherwise).
 fn server_user() -> Result<Option<ServerUser>, BoxError> {
-    if !is_root() {
-        return Ok(None);
-    }
-    let name = std::env::var("PGCLUSTER_USER")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "nobody".to_string());
-    let unknown = || format!("no usable user {name:?} to run PostgreSQL as (set PGCLUSTER_USER)");
-    let cname = CString::new(name.clone()).map_err(|_| unknown())?;
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: passwd is plain old data that getpwnam_r fills in.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call and buf's length is passed with it.
-    let rc = unsafe {
-        libc::getpwnam_r(
-            cname.as_ptr(),
-            &mut pwd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut result,
-        )
-    };
-    if rc != 0 || result.is_null() || pwd.pw_uid == 0 {
-        return Err(unknown().into());
-    }
-    Ok(Some(ServerUser {
-        name,
-        uid: pwd.pw_uid,
-        gid: pwd.pw_gid,
-    }))
+    Ok(pgcluster::server_user()?)
 }
 
 /// Fails with a clear message if `user` cannot traverse every ancestor of `dir` (root made it, but
