@@ -159,6 +159,29 @@ pub async fn run(args: DemoArgs) -> Result<std::process::ExitCode, crate::BoxErr
         n.explain("a correct worker stops here; a buggy one might still write...");
     }
     guarded_write(&n, &a, "worker-a", grant_a.epoch, "stale overwrite").await?;
+    // The same guard inside the database: lease.fence checks the lease in the writing transaction.
+    a.batch_execute("BEGIN").await?;
+    let fenced = a
+        .query_one(
+            "SELECT lease.fence($1, 'worker-a', $2)",
+            &[&KEY, &grant_a.epoch],
+        )
+        .await;
+    a.batch_execute("ROLLBACK").await?;
+    match fenced {
+        Err(e) => n.say(
+            "worker-a",
+            format!(
+                "lease.fence({KEY:?}, epoch {}) -> refused with SQLSTATE {}: no write can follow",
+                grant_a.epoch,
+                e.code().map_or("?", |c| c.code())
+            ),
+        ),
+        Ok(_) => n.say(
+            "worker-a",
+            "lease.fence passed (unexpected: the lease was taken over)",
+        ),
+    }
 
     // 7. worker-b finishes and releases.
     let released = pglease::release(&b, KEY, "worker-b", grant_b.epoch).await?;
