@@ -105,27 +105,20 @@ BEGIN
     LOOP
         -- A FREE or LAPSED key: grant it with the next epoch. The row lock taken here is the only one
         -- acquire ever takes; a concurrent grant makes this UPDATE re-check the row and skip it.
+        -- The clock is read inline (not from v_now) so that PostgreSQL's re-check of a row changed
+        -- by a concurrent commit re-reads it; v_now marks when this statement began, for the test
+        -- after the loop.
         v_now := pg_catalog.clock_timestamp();
         UPDATE lease.leases AS l
            SET owner = acquire.owner,
                epoch = l.epoch + 1,
-               expires_at = v_now + v_ttl,
+               expires_at = pg_catalog.clock_timestamp() + v_ttl,
                waiting = false
          WHERE l.key = acquire.key
-           AND (l.owner IS NULL OR l.expires_at <= v_now)
+           AND (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
         RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
              INTO acquire.acquired, acquire.epoch, acquire.expires_at, v_locked_at;
-        IF FOUND THEN
-            IF v_locked_at - v_now > interval '1 millisecond' THEN
-                -- We waited for the row (a locker that changed nothing, or rolled back): the grant
-                -- stands, since a FREE or LAPSED key stays so, but its ttl counts from now.
-                UPDATE lease.leases AS l
-                   SET expires_at = v_locked_at + v_ttl
-                 WHERE l.key = acquire.key
-                RETURNING l.expires_at INTO acquire.expires_at;
-            END IF;
-            RETURN;
-        END IF;
+        EXIT WHEN FOUND;                     -- granted
 
         -- Not grantable: held (by us or another owner), or no row at all. A plain read, no lock.
         SELECT l.owner, l.epoch, l.expires_at INTO v_owner, v_epoch, v_expires_at
@@ -157,18 +150,19 @@ BEGIN
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
         RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
              INTO acquire.acquired, acquire.epoch, acquire.expires_at, v_locked_at;
-        IF FOUND THEN
-            IF v_locked_at - v_now > interval '1 millisecond' THEN
-                -- We waited for a concurrent creator that rolled back: count the ttl from now.
-                UPDATE lease.leases AS l
-                   SET expires_at = v_locked_at + v_ttl
-                 WHERE l.key = acquire.key
-                RETURNING l.expires_at INTO acquire.expires_at;
-            END IF;
-            RETURN;
-        END IF;
+        EXIT WHEN FOUND;                     -- granted
         -- Another session created the key first: judge its row on the next turn.
     END LOOP;
+
+    -- Granted, by the UPDATE or the INSERT. If the statement waited for the row (a locker that
+    -- changed nothing, or rolled back; a concurrent creator that rolled back), the grant stands — a
+    -- FREE, LAPSED or absent key stays so — but its ttl counts from the end of the wait.
+    IF v_locked_at - v_now > interval '1 millisecond' THEN
+        UPDATE lease.leases AS l
+           SET expires_at = v_locked_at + v_ttl
+         WHERE l.key = acquire.key
+        RETURNING l.expires_at INTO acquire.expires_at;
+    END IF;
 END
 $$;
 
@@ -205,14 +199,15 @@ BEGIN
     v_ttl := v_ttl_s * interval '1 second';
 
     LOOP
+        -- Clock inline, as in acquire: a re-check after a concurrent commit re-reads it.
         v_now := pg_catalog.clock_timestamp();
         UPDATE lease.leases AS l
-           SET expires_at = v_now + v_ttl,
+           SET expires_at = pg_catalog.clock_timestamp() + v_ttl,
                prior_expires_at = l.expires_at
          WHERE l.key = renew.key
            AND l.owner = renew.owner
            AND l.epoch = renew.epoch
-           AND l.expires_at > v_now
+           AND l.expires_at > pg_catalog.clock_timestamp()
         RETURNING 'ok', l.expires_at, l.prior_expires_at, pg_catalog.clock_timestamp()
              INTO renew.status, renew.expires_at, v_prior, v_locked_at;
         IF FOUND THEN
@@ -254,7 +249,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_waiting boolean;
-    v_now timestamptz;
     v_locked_at timestamptz;
     v_prior timestamptz;
 BEGIN
@@ -269,16 +263,16 @@ BEGIN
     END IF;
 
     LOOP
-        v_now := pg_catalog.clock_timestamp();
+        -- Clock inline, as in acquire: a re-check after a concurrent commit re-reads it.
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
-               expires_at = v_now,
+               expires_at = pg_catalog.clock_timestamp(),
                prior_expires_at = l.expires_at
          WHERE l.key = release.key
            AND l.owner = release.owner
            AND l.epoch = release.epoch
-           AND l.expires_at > v_now
+           AND l.expires_at > pg_catalog.clock_timestamp()
         RETURNING l.waiting, l.prior_expires_at, pg_catalog.clock_timestamp()
              INTO v_waiting, v_prior, v_locked_at;
         IF FOUND THEN

@@ -221,6 +221,12 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             .map_or_else(|| o.write_time().expect("a write"), |r| r.0)
     }
 
+    fn g_hi(&self, o: &Op) -> Micros {
+        self.g_range
+            .get(&o.id)
+            .map_or_else(|| o.write_time().expect("a write"), |r| r.1)
+    }
+
     /// Records a failed check: a violation, or an excused failure when `excuse` names an ambiguous op
     /// that could explain it.
     fn fail(
@@ -262,7 +268,10 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             .copied()
             .filter(|o| o.commit == Commit::Committed)
             .collect();
-        grants.sort_by_key(|o| (self.g_lo(o), o.id));
+        // Grant order: by the latest plausible instant of each grant, like every check below ("the
+        // end of the range that makes it harder to fail"); an ambiguous grant whose earliest
+        // candidate is a same-owner re-acquire must not be ordered before the grant it returned.
+        grants.sort_by_key(|o| (self.g_hi(o), o.id));
         self.report.stats.committed_grants += grants.len();
         self.report.stats.ignored_uncommitted += self
             .ops
