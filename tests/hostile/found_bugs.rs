@@ -130,10 +130,11 @@ async fn purge_never_deadlocks_with_a_transaction_that_grants_then_creates_keys(
 }
 
 /// The installer role owns schema lease (CREATE EXTENSION creates it for the caller), and every
-/// function runs SECURITY DEFINER as the bootstrap superuser with `search_path = pg_catalog, lease,
-/// pg_temp`. PostgreSQL picks an exact-match operator in a later schema over pg_catalog's
-/// polymorphic one, so an operator the installer creates in lease — here `||(text, integer)`, used
-/// by the 22023 path — runs as the superuser: privilege escalation (e.g. COPY ... TO PROGRAM).
+/// function runs SECURITY DEFINER as the bootstrap superuser. When their search_path was
+/// `pg_catalog, lease, pg_temp`, PostgreSQL picked an exact-match operator in lease over
+/// pg_catalog's polymorphic one, so an operator the installer created there — here
+/// `||(text, integer)`, used by the 22023 path — ran as the superuser (privilege escalation, e.g.
+/// COPY ... TO PROGRAM). The path is now `pg_catalog, pg_temp` (ADR 0001); this test keeps it so.
 #[tokio::test]
 async fn the_installer_cannot_run_code_as_the_function_owner_through_schema_lease() {
     let s = server();
