@@ -92,9 +92,6 @@ impl Report {
             dir.join("results.json"),
             serde_json::to_string_pretty(self)?,
         )?;
-        if let Some(sql) = self.variants.as_ref().and_then(|v| v.proposal_sql.as_ref()) {
-            std::fs::write(dir.join("proposal-slow-validate.sql"), sql)?;
-        }
         let plots = match plot::all(self, dir) {
             Ok(p) => p,
             Err(e) => {

@@ -1,7 +1,9 @@
-//! Where does the lease's overhead over its floor go? Copies of the installed `lease.acquire`,
-//! `lease.renew` and `lease.release` (read back with `pg_get_functiondef`, so they are exactly what
-//! the extension installed) are created in scratch schemas, each on its own copy of the table and
-//! with one thing changed, and run as W1 side by side with the real functions and the floor.
+//! Where does the lease's overhead over its floor go, and what did the 0.3.0 function bodies gain?
+//! Copies of the installed `lease.acquire`, `lease.renew` and `lease.release` (read back with
+//! `pg_get_functiondef`, so they are exactly what the extension installed) are created in scratch
+//! schemas, each on its own copy of the table and with one thing changed, and run as W1 side by side
+//! with the real functions and the floor. Variant `0.2.0` is the previous release's bodies (from its
+//! upgrade script): the before/after comparison of the optimisation.
 //!
 //! Variants that drop SECURITY DEFINER or the pinned search_path only *measure* what those cost;
 //! they are not proposals (safety is not traded for speed).
@@ -30,8 +32,10 @@ const FUNCTIONS: [&str; 7] = [
     "lease.release(text, text, bigint)",
 ];
 
-const PATH_MIN: &str = " SET search_path TO 'pg_catalog', 'pg_temp'\n";
 const DEFINER: &str = " SECURITY DEFINER\n";
+
+/// The previous release's upgrade script: the source of variant `0.2.0`.
+const SCRIPT_0_2_0: &str = include_str!("../../extension/sql/pg_lease--0.1.0--0.2.0.sql");
 
 /// An edit of one function definition: (function name, definition) -> new definition.
 type Edit = fn(&str, &str) -> Result<String, String>;
@@ -50,20 +54,19 @@ fn replace_once(def: &str, from: &str, to: &str) -> Result<String, String> {
     }
 }
 
-/// The input-validation block at the top of the body: `    IF <fn>.key IS NULL ... END IF;\n`.
-fn validation_block(func: &str, def: &str) -> Result<(usize, usize), String> {
-    let start = def
-        .find(&format!("    IF {func}.key IS NULL"))
-        .ok_or_else(|| format!("no validation block in {func}"))?;
-    let end = def[start..]
-        .find("\n    END IF;\n")
-        .map(|e| start + e + "\n    END IF;\n".len())
-        .ok_or_else(|| format!("unterminated validation block in {func}"))?;
-    Ok((start, end))
-}
-
 fn edit_none(_: &str, def: &str) -> Result<String, String> {
     Ok(def.to_string())
+}
+
+/// The definition of `lease.<func>` in the 0.2.0 upgrade script, in place of the installed one.
+fn edit_0_2_0(func: &str, _: &str) -> Result<String, String> {
+    let start = SCRIPT_0_2_0
+        .find(&format!("CREATE OR REPLACE FUNCTION lease.{func}("))
+        .ok_or_else(|| format!("lease.{func} not in the 0.2.0 script"))?;
+    let end = SCRIPT_0_2_0[start..]
+        .find("\n$$;")
+        .ok_or_else(|| format!("unterminated lease.{func} in the 0.2.0 script"))?;
+    Ok(SCRIPT_0_2_0[start..start + end + "\n$$".len()].to_string())
 }
 
 /// The ` SET search_path TO ...` line of a definition, whatever its value.
@@ -75,14 +78,10 @@ fn set_path_line(def: &str) -> Result<&str, String> {
     Ok(&def[start..end])
 }
 
-fn edit_path_min(_: &str, def: &str) -> Result<String, String> {
-    let line = set_path_line(def)?;
-    if line == PATH_MIN {
-        return Err(
-            "the installed functions already SET search_path TO 'pg_catalog', 'pg_temp'".into(),
-        );
-    }
-    replace_once(def, line, PATH_MIN)
+/// `SET search_path TO 'pg_temp'`: PostgreSQL searches pg_catalog first when the path does not name
+/// it, so the lookup order is the same as the installed `'pg_catalog', 'pg_temp'`.
+fn edit_path_temp(_: &str, def: &str) -> Result<String, String> {
+    replace_once(def, set_path_line(def)?, " SET search_path TO 'pg_temp'\n")
 }
 
 fn edit_no_set(_: &str, def: &str) -> Result<String, String> {
@@ -93,109 +92,6 @@ fn edit_plain(_: &str, def: &str) -> Result<String, String> {
     replace_once(&edit_no_set("", def)?, DEFINER, "")
 }
 
-/// Measurement only: no input validation at all.
-fn edit_no_validate(func: &str, def: &str) -> Result<String, String> {
-    let (a, b) = validation_block(func, def)?;
-    Ok(format!("{}{}", &def[..a], &def[b..]))
-}
-
-/// Proposal: validate on the slow path only where the fast path cannot act on invalid input.
-/// release: an invalid key, owner or epoch matches no row (every stored key and owner passed
-/// validation when it was granted, and `= NULL` is never true), so the UPDATE changes nothing and
-/// the full validation runs before the refusal is judged. renew: the same, except that a bad ttl
-/// would be written, so the fast path keeps the ttl checks. acquire writes the owner and ttl of
-/// the call: unchanged.
-fn edit_slow_validate(func: &str, def: &str) -> Result<String, String> {
-    if func != "renew" && func != "release" {
-        return Ok(def.to_string());
-    }
-    let (a, b) = validation_block(func, def)?;
-    let block = &def[a..b];
-    let fast = if func == "renew" {
-        let cond_start = block.find("IF ").ok_or("no IF")? + 3;
-        let cond_end = block.find("\n    THEN").ok_or("no THEN")?;
-        let ttl_only =
-            "renew.ttl IS NULL OR renew.ttl <= interval '0' OR renew.ttl > interval '365 days'
-       OR (CASE WHEN renew.ttl <= interval '365 days'
-                THEN pg_catalog.clock_timestamp() + renew.ttl <= pg_catalog.clock_timestamp() END)";
-        format!("{}{ttl_only}{}", &block[..cond_start], &block[cond_end..])
-    } else {
-        String::new()
-    };
-    let rest = format!("{}{fast}{}", &def[..a], &def[b..]);
-    let call = rest
-        .match_indices(&format!("{func}.status := "))
-        .map(|(p, _)| p)
-        .find(|&p| {
-            rest[p..]
-                .lines()
-                .next()
-                .is_some_and(|l| l.contains("_refusal("))
-        })
-        .ok_or_else(|| format!("no refusal path in {func}"))?;
-    let pos = rest[..call].rfind('\n').map_or(0, |n| n + 1);
-    Ok(format!("{}{block}{}", &rest[..pos], &rest[pos..]))
-}
-
-/// The schema a (renamed) definition creates its function in.
-fn schema_in(def: &str) -> Result<&str, String> {
-    let rest = def
-        .split_once("FUNCTION ")
-        .map(|(_, r)| r)
-        .ok_or("no FUNCTION")?;
-    rest.split_once('.')
-        .map(|(s, _)| s)
-        .ok_or_else(|| "no schema".into())
-}
-
-/// Measurement only: renew and release as `LANGUAGE sql` bodies (one data-modifying CTE, the
-/// refusal judged by the same helper only when the UPDATE found nothing). Not equivalent under
-/// concurrency (no lock-wait re-judging, no waiter notification), so never a proposal as is; it
-/// shows what a non-PL/pgSQL body costs on this server (PostgreSQL before 18 plans an SQL
-/// function's statements on every call of a prepared outer statement).
-fn edit_sql_bodies(func: &str, def: &str) -> Result<String, String> {
-    let s = schema_in(def)?;
-    Ok(match func {
-        "renew" => format!(
-            "CREATE OR REPLACE FUNCTION {s}.renew(key text, owner text, epoch bigint, ttl interval,
-    OUT status text, OUT expires_at timestamp with time zone)
- RETURNS record
- LANGUAGE sql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    WITH u AS (
-        UPDATE {s}.leases AS l
-           SET expires_at = pg_catalog.clock_timestamp() + renew.ttl
-         WHERE l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
-           AND l.expires_at > pg_catalog.clock_timestamp()
-        RETURNING l.expires_at)
-    SELECT COALESCE((SELECT 'ok' FROM u), {s}._refusal(renew.key, renew.owner, renew.epoch)),
-           (SELECT u.expires_at FROM u)
-$function$
-"
-        ),
-        "release" => format!(
-            "CREATE OR REPLACE FUNCTION {s}.release(key text, owner text, epoch bigint, OUT status text)
- RETURNS text
- LANGUAGE sql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    WITH u AS (
-        UPDATE {s}.leases AS l
-           SET owner = NULL, epoch = l.epoch + 1, expires_at = pg_catalog.clock_timestamp()
-         WHERE l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
-           AND l.expires_at > pg_catalog.clock_timestamp()
-        RETURNING l.waiting)
-    SELECT COALESCE((SELECT 'ok' FROM u), {s}._refusal(release.key, release.owner, release.epoch))
-$function$
-"
-        ),
-        _ => def.to_string(),
-    })
-}
-
 const SPECS: &[Spec] = &[
     Spec {
         name: "copy",
@@ -203,24 +99,14 @@ const SPECS: &[Spec] = &[
         edit: edit_none,
     },
     Spec {
-        name: "slow-validate",
-        what: "proposal: release validates only on its refusal path, renew checks only the ttl before its UPDATE (an invalid key, owner or epoch matches no row), full validation before any refusal; acquire unchanged",
-        edit: edit_slow_validate,
+        name: "0.2.0",
+        what: "the previous release's function bodies (before the 0.3.0 optimisation), same table",
+        edit: edit_0_2_0,
     },
     Spec {
-        name: "path-min",
-        what: "SET search_path TO 'pg_catalog', 'pg_temp' (every reference is qualified already; one schema fewer per call)",
-        edit: edit_path_min,
-    },
-    Spec {
-        name: "sql-bodies",
-        what: "measurement only: renew and release as LANGUAGE sql (one CTE each; not equivalent under concurrency)",
-        edit: edit_sql_bodies,
-    },
-    Spec {
-        name: "no-validate",
-        what: "measurement only: no input validation (what validation costs)",
-        edit: edit_no_validate,
+        name: "path-temp",
+        what: "SET search_path TO 'pg_temp' (the same lookup order: pg_catalog is searched first when not named); measured, not adopted",
+        edit: edit_path_temp,
     },
     Spec {
         name: "no-set",
@@ -241,8 +127,6 @@ pub struct VariantsResult {
     pub skipped: Vec<String>,
     /// Contract checks of each variant: what failed (empty: passed).
     pub checks: Vec<(String, Vec<String>)>,
-    /// The functions of the `slow-validate` proposal, as measured (scratch schema names).
-    pub proposal_sql: Option<String>,
     pub groups: Vec<GroupResult>,
 }
 
@@ -264,7 +148,17 @@ async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<S
          INSERT INTO {s}.epoch_floor (floor, sentinel) VALUES (0, true);\n"
     ));
     for def in defs {
-        let mut d = def
+        let func = def
+            .split_once("FUNCTION lease.")
+            .and_then(|(_, rest)| rest.split_once('('))
+            .map(|(name, _)| name.to_string())
+            .unwrap_or_default();
+        let edited = if func.starts_with('_') {
+            def.clone()
+        } else {
+            (spec.edit)(&func, def).map_err(|e| err(format!("variant {}: {e}", spec.name)))?
+        };
+        let d = edited
             .replacen(
                 "CREATE OR REPLACE FUNCTION lease.",
                 &format!("CREATE OR REPLACE FUNCTION {s}."),
@@ -273,13 +167,7 @@ async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<S
             .replace("lease.leases", &format!("{s}.leases"))
             .replace("lease._", &format!("{s}._"))
             .replace("lease.epoch_floor", &format!("{s}.epoch_floor"));
-        let func = d
-            .split_once(&format!("FUNCTION {s}."))
-            .and_then(|(_, rest)| rest.split_once('('))
-            .map(|(name, _)| name.to_string())
-            .unwrap_or_default();
         if !func.starts_with('_') {
-            d = (spec.edit)(&func, &d).map_err(|e| err(format!("variant {}: {e}", spec.name)))?;
             public.push_str(&d);
             public.push_str(";\n\n");
         }
@@ -425,10 +313,9 @@ pub async fn run(pgbench: &Path, db: &Db, plan: &Plan) -> BoxResult<VariantsResu
     let mut variants = vec![scripts::w1_lease()];
     let mut skipped = Vec::new();
     let mut checks = Vec::new();
-    let mut proposal_sql = None;
     for spec in SPECS {
         match create_variant(&c, &defs, spec).await {
-            Ok(sql) => {
+            Ok(_) => {
                 let problems = sanity(&c, &schema_of(spec.name)).await;
                 if !problems.is_empty() {
                     eprintln!(
@@ -437,9 +324,6 @@ pub async fn run(pgbench: &Path, db: &Db, plan: &Plan) -> BoxResult<VariantsResu
                     );
                 }
                 checks.push((spec.name.to_string(), problems));
-                if spec.name == "slow-validate" {
-                    proposal_sql = Some(sql);
-                }
                 variants.push(w1_script(&schema_of(spec.name), spec.name, spec.what));
             }
             Err(e) => {
@@ -475,7 +359,6 @@ pub async fn run(pgbench: &Path, db: &Db, plan: &Plan) -> BoxResult<VariantsResu
             .collect(),
         skipped,
         checks,
-        proposal_sql,
         groups,
     })
 }

@@ -121,7 +121,7 @@ async fn extension_installs_for_a_role_with_create_on_a_database_it_does_not_own
         .await
         .unwrap();
     assert_eq!(r.get::<_, String>(0), ADMIN);
-    assert_eq!(r.get::<_, String>(1), "0.2.0");
+    assert_eq!(r.get::<_, String>(1), pglease::VERSION);
 
     let app = s.connect_as(&db, APP).await;
     let epoch: i64 = app

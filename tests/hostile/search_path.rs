@@ -464,7 +464,7 @@ async fn exercise_api(app: &Client, admin: &Client, p: &str) {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "0.2.0");
+    assert_eq!(version, pglease::VERSION);
     let purged: i64 = admin
         .query_one("SELECT lease.purge('0'::pg_catalog.text::interval)", &[])
         .await

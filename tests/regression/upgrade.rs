@@ -1,7 +1,7 @@
 //! Upgrades: every released version updates along a linear chain to the current one, keeping state,
 //! and ends with exactly the API a fresh installation has.
 
-use pglease_tests::{ADMIN, APP, server};
+use pglease_tests::{ADMIN, APP, expect_error, server};
 
 use crate::{grant, inspect, release, renew};
 
@@ -101,36 +101,44 @@ async fn updating_from_every_older_version_keeps_leases_and_ends_with_the_fresh_
     }
 }
 
+/// Brings a fresh database to `version` by running the scripts of the chain by hand, as an older
+/// pglease (installing without the extension files) would have.
+async fn script_install_up_to(admin: &tokio_postgres::Client, version: &str) {
+    let mut sql = String::from("BEGIN; CREATE SCHEMA lease; SET LOCAL search_path = lease;");
+    for step in pglease::MIGRATIONS {
+        let script: String = step
+            .script
+            .lines()
+            .filter(|l| !l.starts_with("\\echo"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace("-- pglease:extension-only\nSELECT pg_catalog.pg_extension_config_dump('lease.leases', '');", "")
+            .replace(
+                "-- pglease:extension-only\nSELECT pg_catalog.pg_extension_config_dump('lease.epoch_floor', 'WHERE NOT sentinel');",
+                "",
+            )
+            .replace("@extowner@", ADMIN);
+        sql.push_str(&script);
+        sql.push(';');
+        if step.to == version {
+            break;
+        }
+    }
+    sql.push_str(&format!(
+        "CREATE TABLE lease.schema_migrations (version text PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+             applied_by name NOT NULL DEFAULT current_user);
+         INSERT INTO lease.schema_migrations (version) VALUES ('{version}'); COMMIT;"
+    ));
+    admin.batch_execute(&sql).await.unwrap();
+}
+
 #[tokio::test]
 async fn script_installs_upgrade_through_the_same_chain() {
     let s = server();
     let db = s.fresh_db("script_upgrade");
     let mut admin = s.connect_as(&db, ADMIN).await;
-    // Bring the database to the first version by hand, as an older pglease would have.
-    let first = &pglease::MIGRATIONS[0];
-    let script: String = first
-        .script
-        .lines()
-        .filter(|l| !l.starts_with("\\echo"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("-- pglease:extension-only\nSELECT pg_catalog.pg_extension_config_dump('lease.leases', '');", "")
-        .replace(
-            "-- pglease:extension-only\nSELECT pg_catalog.pg_extension_config_dump('lease.epoch_floor', 'WHERE NOT sentinel');",
-            "",
-        )
-        .replace("@extowner@", ADMIN);
-    admin
-        .batch_execute(&format!(
-            "BEGIN; CREATE SCHEMA lease; SET LOCAL search_path = lease; {script};
-             CREATE TABLE lease.schema_migrations (version text PRIMARY KEY,
-                 applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-                 applied_by name NOT NULL DEFAULT current_user);
-             INSERT INTO lease.schema_migrations (version) VALUES ('{}'); COMMIT;",
-            first.to
-        ))
-        .await
-        .unwrap();
+    script_install_up_to(&admin, pglease::MIGRATIONS[0].to).await;
     assert_eq!(grant(&admin, "k", "w", "1 hour").await, 1);
 
     let installed = pglease::install(&mut admin).await.unwrap();
@@ -140,4 +148,84 @@ async fn script_installs_upgrade_through_the_same_chain() {
         pglease::VERSION
     );
     assert_eq!(renew(&admin, "k", "w", 1, "1 hour").await.0, "ok");
+}
+
+/// Who may execute acquire and renew, as (function, grantee, grantable) lines.
+async fn execute_grants(c: &tokio_postgres::Client) -> Vec<String> {
+    c.query(
+        "SELECT format('%s %s %s', p.proname,
+                       CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
+                       a.is_grantable)
+           FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+          WHERE p.pronamespace = 'lease'::regnamespace AND p.proname IN ('acquire', 'renew')
+          ORDER BY 1",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// 0.3.0 drops and re-creates acquire and renew (their return types changed); an administrator's
+/// narrowing of who may call them must survive, on both installation paths.
+#[tokio::test]
+async fn updating_to_0_3_0_keeps_the_execute_privileges_of_acquire_and_renew() {
+    let s = server();
+    for via_script in [false, true] {
+        let db = s.fresh_db("upgrade_acl");
+        let mut admin = s.connect_as(&db, ADMIN).await;
+        if via_script {
+            script_install_up_to(&admin, "0.2.0").await;
+        } else {
+            admin
+                .batch_execute("CREATE EXTENSION pg_lease VERSION '0.2.0'")
+                .await
+                .unwrap();
+        }
+        // acquire: only the application role, which may pass the grant on; renew: nobody but the
+        // owner. (As a superuser: with the extension, the functions belong to the bootstrap superuser.)
+        s.connect_super(&db)
+            .await
+            .batch_execute(&format!(
+                "REVOKE EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) FROM PUBLIC;
+                 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO {APP}
+                     WITH GRANT OPTION;
+                 REVOKE EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) FROM PUBLIC;"
+            ))
+            .await
+            .unwrap();
+        let before = execute_grants(&s.connect_super(&db).await).await;
+        assert!(
+            !before.iter().any(|g| g.starts_with("renew PUBLIC")),
+            "the narrowing took effect: {before:?}"
+        );
+
+        if via_script {
+            pglease::install(&mut admin).await.unwrap();
+        } else {
+            admin
+                .batch_execute("ALTER EXTENSION pg_lease UPDATE TO '0.3.0'")
+                .await
+                .unwrap();
+        }
+        let after = execute_grants(&s.connect_super(&db).await).await;
+        assert_eq!(
+            after, before,
+            "privileges after the update (script: {via_script})"
+        );
+
+        let app = s.connect_as(&db, APP).await;
+        assert_eq!(grant(&app, "k", "w", "1 hour").await, 1);
+        let err = expect_error(
+            &app,
+            "SELECT * FROM lease.renew('k', 'w', 1, interval '1 hour')",
+        )
+        .await;
+        assert_eq!(
+            err.code, "42501",
+            "renew stays closed to the application role"
+        );
+    }
 }

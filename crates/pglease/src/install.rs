@@ -57,6 +57,12 @@ pub const MIGRATIONS: &[Migration] = &[
         file: "pg_lease--0.1.0--0.2.0.sql",
         script: include_str!("../../../extension/sql/pg_lease--0.1.0--0.2.0.sql"),
     },
+    Migration {
+        from: Some("0.2.0"),
+        to: "0.3.0",
+        file: "pg_lease--0.2.0--0.3.0.sql",
+        script: include_str!("../../../extension/sql/pg_lease--0.2.0--0.3.0.sql"),
+    },
 ];
 
 /// The extension's control file, `extension/pg_lease.control` (for tools that install the files).
@@ -73,9 +79,9 @@ pub const CONTROL: &str = include_str!("../../../extension/pg_lease.control");
 /// # Examples
 ///
 /// ```
-/// assert_eq!(pglease::VERSION, "0.2.0");
+/// assert_eq!(pglease::VERSION, "0.3.0");
 /// ```
-pub const VERSION: &str = "0.2.0";
+pub const VERSION: &str = "0.3.0";
 
 /// The key of the transaction-scoped advisory lock (`pg_advisory_xact_lock(bigint)`) that serialises
 /// installers: the bytes `pg_lease` read as a big-endian `i64`.
@@ -668,6 +674,7 @@ mod tests {
         assert_eq!(steps_after(None).unwrap().len(), MIGRATIONS.len());
         assert_eq!(steps_after(Some(VERSION)).unwrap().len(), 0);
         assert_eq!(steps_after(Some("0.1.0")).unwrap()[0].to, "0.2.0");
+        assert_eq!(steps_after(Some("0.2.0")).unwrap()[0].to, "0.3.0");
         assert!(steps_after(Some("9.9.9")).is_none());
     }
 

@@ -90,7 +90,7 @@ fn every_data_command_prints_one_json_document() {
     let status = case.pglease(["status", "--json"]).expect_code(0).json();
     expect_eq(
         "status.pg_lease.version",
-        &Value::from("0.2.0"),
+        &Value::from(pglease::VERSION),
         &status["pg_lease"]["version"],
     );
     expect_eq(

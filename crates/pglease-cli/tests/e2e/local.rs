@@ -101,7 +101,7 @@ fn the_local_server_starts_on_demand_is_reused_and_stops() {
         .json();
     expect_eq(
         "pg_lease in the local server",
-        &Value::from("0.2.0"),
+        &Value::from(pglease::VERSION),
         &status["pg_lease"]["version"],
     );
     expect_eq(
