@@ -1,18 +1,19 @@
 -- pg_lease 0.2.0 -> 0.3.0: the same contract at a lower cost per call.
 --
--- Changed (no behaviour change; docs/SEMANTICS.md is unchanged): acquire, renew and release do
--- their common case with one boolean expression and one statement. PL/pgSQL prepares every
--- expression it evaluates anew in each transaction, so a call made once per transaction paid for
--- each of its small steps (reading ttl into a variable, reading the clock before the statement,
--- testing FOUND, testing whether the statement waited). Now:
---   * one expression checks the input (and, for acquire, that it does not wait); only when it fails
---     does the call run the checks that name each violation (22023), as before;
---   * the row statement converts ttl inline and its RETURNING clause says whether the call is done:
---     it did not wait for the row lock (its expiry counts from the clock read by the statement
---     itself), the lease did not lapse meanwhile, and (release) no waiter needs a notification;
---   * only otherwise does the call take the slower, unchanged paths: the lock-wait re-judgement
---     (docs/SEMANTICS.md §5, deviation D1 in docs/FAILURE-MODEL.md), refusals, new keys, blocking
---     waits.
+-- No behaviour changes (docs/SEMANTICS.md §3-§6). PL/pgSQL sets up every expression it evaluates,
+-- and every operator and function in it, anew in each transaction, so a call made once per
+-- transaction paid for each small step. Now acquire, renew and release do their common case with
+-- one small boolean expression and one statement:
+--   * the expression checks only what the statement would write (acquire: owner, ttl, no wait;
+--     renew: ttl; release: nothing). An invalid key, owner or epoch matches no row, and every
+--     argument is checked (22023, naming each violation, as before) before a refusal is judged or a
+--     key is created;
+--   * the statement converts ttl inline, and its RETURNING clause says whether the call is done: it
+--     did not wait for the row lock (the expiry counts from the clock the statement itself read),
+--     the lease did not lapse meanwhile, and (release) no waiter needs a notification. Otherwise the
+--     unchanged slower paths run: the lock-wait re-judgement (SEMANTICS §5, D1 in FAILURE-MODEL),
+--     refusals, new keys, blocking waits;
+--   * acquire and renew return named row types (below) instead of OUT parameters.
 -- Measured in docs/BENCHMARKS.md ("What was optimised").
 
 \echo Use "ALTER EXTENSION pg_lease UPDATE TO '0.3.0'" to load this file. \quit
@@ -65,13 +66,15 @@ DECLARE
     v_epoch bigint;
     v_expires_at timestamptz;
 BEGIN
-    -- The common case first: a valid owner and ttl, no wait. The key needs no check here: an invalid
-    -- key matches no row, and the path below validates every argument before it reads or creates a
-    -- row for a key the UPDATE did not find.
-    IF (acquire.owner <> '' AND pg_catalog.octet_length(acquire.owner) <= 1024
-        AND pg_catalog.date_part('epoch', acquire.ttl) > 0                      -- ttl in (0, 365 days]
-        AND pg_catalog.date_part('epoch', acquire.ttl) <= 31536000
-        AND pg_catalog.date_part('epoch', acquire.wait) = 0) IS NOT TRUE
+    -- The common case first: an owner of 1..1024 bytes, a ttl in (0, 365 days] and no wait (lengths
+    -- of durations in seconds, as everywhere: EXTRACT(epoch ...) is date_part's value, exact). The
+    -- key needs no check here: an invalid key matches no row, and the path below validates every
+    -- argument before it reads or creates a row for a key the UPDATE did not find. (Range tests keep
+    -- the expression small: PL/pgSQL sets up each of its operators and functions in every
+    -- transaction.)
+    IF (pg_catalog.octet_length(acquire.owner) <@ '[1,1024]'::pg_catalog.int4range
+        AND EXTRACT(epoch FROM acquire.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+        AND EXTRACT(epoch FROM acquire.wait) = 0) IS NOT TRUE
     THEN
         -- Invalid input (22023, naming every violation), or a blocking acquire.
         IF (acquire.key <> '' AND pg_catalog.octet_length(acquire.key) <= 1024
@@ -227,10 +230,10 @@ DECLARE
     v_locked_at timestamptz;     -- (about) when the statement held the row
     v_prior timestamptz;         -- the expiry the statement replaced
 BEGIN
-    -- The ttl is checked first: the UPDATE below writes it. The other arguments need no check before
-    -- it (an invalid key, owner or epoch matches no row); they are checked before any refusal.
-    IF (pg_catalog.date_part('epoch', renew.ttl) > 0                            -- ttl in (0, 365 days]
-        AND pg_catalog.date_part('epoch', renew.ttl) <= 31536000) IS NOT TRUE
+    -- The ttl is checked first (in (0, 365 days], as in acquire): the UPDATE below writes it. The other
+    -- arguments need no check before it (an invalid key, owner or epoch matches no row); they are
+    -- checked before any refusal.
+    IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange) IS NOT TRUE
     THEN
         PERFORM lease._raise_invalid_input('lease.renew',
             lease._text_violations('key', renew.key, false, false)
