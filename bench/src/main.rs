@@ -40,6 +40,9 @@ enum Section {
     All,
     /// W1: acquire + renew + release in one transaction, vs floor and alternatives.
     Cycle,
+    /// Only the target check of W1 (lease vs floor, 1 and 4 clients): about a minute, for a quick
+    /// verdict on one PostgreSQL version (`--pg-version`).
+    Targets,
     /// W2: single acquire attempts on 4 shared keys.
     Contend,
     /// Renew storm: throughput, table size, dead tuples, HOT share.
@@ -158,9 +161,12 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
         let want = |s: Section| cli.section == Section::All || cli.section == s;
         let main_db = server.db(server::DB_MAIN);
         let pgb = server.pgbench.clone();
+        if want(Section::Cycle) || cli.section == Section::Targets {
+            eprintln!("[cycle] W1 target check: lease vs floor");
+            rep.targets = Some(sections::targets(&pgb, &main_db, &plan).await?);
+        }
         if want(Section::Cycle) {
             eprintln!("[cycle] W1: acquire + renew + release per transaction");
-            rep.targets = Some(sections::targets(&pgb, &main_db, &plan).await?);
             rep.cycle = Some(sections::cycle(&pgb, &main_db, &plan).await?);
         }
         if want(Section::Contend) {

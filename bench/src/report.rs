@@ -168,7 +168,8 @@ impl Report {
             self.pgbench
         );
 
-        if let Some(groups) = &self.cycle {
+        if self.cycle.is_some() || self.targets.is_some() {
+            let groups = self.cycle.as_deref().unwrap_or_default();
             let _ = writeln!(
                 w,
                 "## Targets (W1 cycle, prepared, synchronous_commit=off, lease / floor)\n"
