@@ -213,11 +213,13 @@ impl Report {
                 w,
                 "\ntime ratio = tps(floor) / tps(lease) of adjacent runs; mixed = every W1 variant in one pgbench run, a script picked at random per transaction, ratio of mean transaction times (at 1 client the same quantity as the time ratio, with drift cancelled inside each run; with more clients than cores it understates the cost, since a transaction's time then includes the queue it shares with the others).\n"
             );
-            group_tables(
-                w,
-                "W1 cycle: acquire + renew + release in one transaction, private key per client",
-                groups,
-            );
+            if !groups.is_empty() {
+                group_tables(
+                    w,
+                    "W1 cycle: acquire + renew + release in one transaction, private key per client",
+                    groups,
+                );
+            }
         }
         if let Some(groups) = &self.contend {
             group_tables(

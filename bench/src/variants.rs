@@ -131,7 +131,11 @@ pub struct VariantsResult {
 }
 
 fn schema_of(name: &str) -> String {
-    format!("pglease_scratch_{}", name.replace('-', "_"))
+    let ident: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("pglease_scratch_{ident}")
 }
 
 async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<String> {
@@ -174,7 +178,13 @@ async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<S
         sql.push_str(&d);
         sql.push_str(";\n");
     }
-    c.batch_execute(&sql).await?;
+    c.batch_execute(&sql).await.map_err(|e| {
+        let detail = e
+            .as_db_error()
+            .map(|d| format!("{}: {}", d.code().code(), d.message()))
+            .unwrap_or_else(|| e.to_string());
+        err(format!("creating variant {}: {detail}", spec.name))
+    })?;
     Ok(public)
 }
 
