@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio_postgres::GenericClient;
 use tokio_postgres::Row;
-use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::types::{FromSql, ToSql, Type};
 
 use crate::error::{Error, Result};
 
@@ -671,6 +671,58 @@ pub async fn fence<C: GenericClient>(
     expires_at.ok_or_else(|| Error::protocol(format!("{CALL} returned NULL")))
 }
 
+/// How the pooled connections of a [`Client`](crate::Client) send the library's statements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Statements {
+    /// Unnamed statements, parsed and planned by the server on every call: they work through a
+    /// transaction-mode pooler ([pooler mode](crate::ClientBuilder::pooler_mode)).
+    Unnamed,
+    /// Prepared once per connection (the pool's statement cache), then executed by name: saves the
+    /// parse and plan of every call.
+    Prepared,
+}
+
+/// Runs one of the library's statements on a pooled connection, as `how` says.
+pub(crate) async fn pooled_rows(
+    conn: &deadpool_postgres::ClientWrapper,
+    how: Statements,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>> {
+    match how {
+        Statements::Unnamed => Ok(conn.query_typed(sql, params).await?),
+        Statements::Prepared => {
+            let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+            let statement = conn.prepare_typed_cached(sql, &types).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+            Ok(conn.query(&statement, &values).await?)
+        }
+    }
+}
+
+/// [`release`] on a pooled connection.
+pub(crate) async fn release_pooled(
+    conn: &deadpool_postgres::ClientWrapper,
+    how: Statements,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+) -> Result<Status> {
+    let rows = pooled_rows(
+        conn,
+        how,
+        RELEASE,
+        &[
+            (&key, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&epoch, Type::INT8),
+        ],
+    )
+    .await?;
+    let row = one_row(rows, "lease.release")?;
+    status(&row, "lease.release")
+}
+
 /// A grant together with the time left on it, measured on the server clock after the call.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TimedGrant {
@@ -680,20 +732,22 @@ pub(crate) struct TimedGrant {
 
 /// [`acquire`] without waiting, also reporting the time left on the grant (for a fresh grant about
 /// `ttl`; for a grant the owner already held, what is left of it).
-pub(crate) async fn acquire_timed<C: GenericClient>(
-    client: &C,
+pub(crate) async fn acquire_timed(
+    conn: &deadpool_postgres::ClientWrapper,
+    how: Statements,
     key: &str,
     owner: &str,
     ttl: Duration,
 ) -> Result<Option<TimedGrant>> {
     const CALL: &str = "lease.acquire";
     let ttl = micros(ttl);
-    let rows = client
-        .query_typed(
-            ACQUIRE_TIMED,
-            &[(&key, Type::TEXT), (&owner, Type::TEXT), (&ttl, Type::INT8)],
-        )
-        .await?;
+    let rows = pooled_rows(
+        conn,
+        how,
+        ACQUIRE_TIMED,
+        &[(&key, Type::TEXT), (&owner, Type::TEXT), (&ttl, Type::INT8)],
+    )
+    .await?;
     let row = one_row(rows, CALL)?;
     let acquired: Option<bool> = get(&row, 0, CALL)?;
     let epoch: Option<i64> = get(&row, 1, CALL)?;
@@ -712,8 +766,9 @@ pub(crate) async fn acquire_timed<C: GenericClient>(
 }
 
 /// [`renew`], also reporting the time left on the renewed lease (`None` unless `ok`).
-pub(crate) async fn renew_timed<C: GenericClient>(
-    client: &C,
+pub(crate) async fn renew_timed(
+    conn: &deadpool_postgres::ClientWrapper,
+    how: Statements,
     key: &str,
     owner: &str,
     epoch: i64,
@@ -721,17 +776,18 @@ pub(crate) async fn renew_timed<C: GenericClient>(
 ) -> Result<(Renewal, Option<Duration>)> {
     const CALL: &str = "lease.renew";
     let ttl = micros(ttl);
-    let rows = client
-        .query_typed(
-            RENEW_TIMED,
-            &[
-                (&key, Type::TEXT),
-                (&owner, Type::TEXT),
-                (&epoch, Type::INT8),
-                (&ttl, Type::INT8),
-            ],
-        )
-        .await?;
+    let rows = pooled_rows(
+        conn,
+        how,
+        RENEW_TIMED,
+        &[
+            (&key, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&epoch, Type::INT8),
+            (&ttl, Type::INT8),
+        ],
+    )
+    .await?;
     let row = one_row(rows, CALL)?;
     let status = status(&row, CALL)?;
     let expires_at: Option<SystemTime> = get(&row, 1, CALL)?;

@@ -168,8 +168,8 @@ impl ClientBuilder {
     ///
     /// In pooler mode, waits sleep until the holder's lapse time as the server reports it, but
     /// never longer than [`poll_cap`](Self::poll_cap) at a time, so a release is noticed within
-    /// one cap. Every statement is sent as an unnamed prepared statement, so pooler mode needs
-    /// nothing else.
+    /// one cap. Every statement is sent as an unnamed statement (outside pooler mode the client
+    /// prepares its statements once per pooled connection), so pooler mode needs nothing else.
     ///
     /// # Examples
     ///
@@ -834,6 +834,16 @@ impl Client {
     }
 
     /// A pooled connection.
+    /// How this client's pooled connections send the library's statements: prepared once per
+    /// connection, except in pooler mode.
+    pub(crate) fn statements(&self) -> calls::Statements {
+        if self.inner.options.pooler_mode {
+            calls::Statements::Unnamed
+        } else {
+            calls::Statements::Prepared
+        }
+    }
+
     pub(crate) async fn get(&self) -> Result<Object> {
         self.check_open()?;
         self.inner.pool.get().await.map_err(Error::pool)
@@ -913,7 +923,8 @@ impl Client {
         };
         let sent = Instant::now();
         let conn = in_flight.conn.as_ref().expect("set above");
-        let answer = calls::acquire_timed(&***conn, key, &self.inner.owner, timing.ttl).await;
+        let answer =
+            calls::acquire_timed(conn, self.statements(), key, &self.inner.owner, timing.ttl).await;
         let (grant, sent, left) = match answer {
             Ok(Some(timed)) => (timed.grant, sent, timed.remaining),
             Ok(None) => {
@@ -937,8 +948,15 @@ impl Client {
         let (sent, left, expires_at) = if timing.valid_until(sent, left) <= sent + timing.margin {
             let sent = Instant::now();
             let conn = in_flight.conn.as_ref().expect("still set");
-            match calls::renew_timed(&***conn, key, &self.inner.owner, grant.epoch, timing.ttl)
-                .await
+            match calls::renew_timed(
+                conn,
+                self.statements(),
+                key,
+                &self.inner.owner,
+                grant.epoch,
+                timing.ttl,
+            )
+            .await
             {
                 Ok((renewal, Some(left))) if renewal.status.is_ok() => {
                     (sent, left, renewal.expires_at.unwrap_or(grant.expires_at))
@@ -958,6 +976,7 @@ impl Client {
             self.inner.owner.clone(),
             grant.epoch,
             timing.ttl,
+            self.statements(),
             valid_until,
             expires_at,
             self.inner.root.child_token(),

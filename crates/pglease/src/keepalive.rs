@@ -286,7 +286,8 @@ async fn renew_once(
     let answer = timeout_at(
         deadline,
         calls::renew_timed(
-            &**conn,
+            &conn,
+            shared.statements,
             &shared.key,
             &shared.owner,
             shared.epoch,
@@ -317,7 +318,13 @@ pub(crate) async fn release_once(pool: &Pool, shared: &Shared) -> Result<Status>
     let conn = checkout(pool, deadline).await?;
     match timeout_at(
         deadline,
-        calls::release(&**conn, &shared.key, &shared.owner, shared.epoch),
+        calls::release_pooled(
+            &conn,
+            shared.statements,
+            &shared.key,
+            &shared.owner,
+            shared.epoch,
+        ),
     )
     .await
     {

@@ -131,6 +131,8 @@ pub(crate) struct Shared {
     pub(crate) owner: String,
     pub(crate) epoch: i64,
     pub(crate) ttl: Duration,
+    /// How the renewals and the release send their statements.
+    pub(crate) statements: crate::calls::Statements,
     health: watch::Sender<Health>,
     /// Cancelled when the lease ends, for any reason.
     pub(crate) token: CancellationToken,
@@ -142,6 +144,7 @@ impl Shared {
         owner: String,
         epoch: i64,
         ttl: Duration,
+        statements: crate::calls::Statements,
         valid_until: Instant,
         expires_at: SystemTime,
         token: CancellationToken,
@@ -155,6 +158,7 @@ impl Shared {
             owner,
             epoch,
             ttl,
+            statements,
             health,
             token,
         }
@@ -554,7 +558,8 @@ impl Lease {
         let conn = self.client.get().await?;
         let sent = Instant::now();
         let (renewal, remaining) = crate::calls::renew_timed(
-            &**conn,
+            &conn,
+            self.shared.statements,
             &self.shared.key,
             &self.shared.owner,
             self.shared.epoch,
@@ -618,8 +623,9 @@ impl Lease {
             Ok(()) => {
                 self.shared.end(LostReason::Released);
                 let conn = self.client.get().await?;
-                let status = crate::calls::release(
-                    &**conn,
+                let status = crate::calls::release_pooled(
+                    &conn,
+                    self.shared.statements,
                     &self.shared.key,
                     &self.shared.owner,
                     self.shared.epoch,

@@ -119,3 +119,54 @@ async fn invalid_arguments_are_rejected_before_anything_is_sent() {
         .unwrap_err();
     assert!(e.is_invalid_input(), "{e}");
 }
+
+/// The statements of `lease.*` calls prepared on the client's (only) pooled connection.
+async fn prepared_lease_statements(client: &Client) -> Vec<String> {
+    let conn = client.pool().get().await.unwrap();
+    conn.query(
+        "SELECT statement FROM pg_prepared_statements
+          WHERE statement LIKE '%FROM lease.%' AND statement NOT LIKE '%pg_prepared_statements%'
+          ORDER BY statement",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// Outside pooler mode the client prepares each of its calls once per pooled connection (the
+/// server parses and plans it once, not on every call); in pooler mode it sends unnamed statements
+/// only, which a transaction-mode pooler can route anywhere.
+#[tokio::test]
+async fn a_direct_client_prepares_each_call_once_per_connection_and_pooler_mode_prepares_none() {
+    for pooler in [false, true] {
+        let k = key(if pooler { "unnamed" } else { "prepared" });
+        let client = Client::builder()
+            .max_connections(1)
+            .pooler_mode(pooler)
+            .connect(&common::conninfo(&k))
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            let lease = client
+                .try_acquire(&k, Duration::from_secs(30))
+                .await
+                .unwrap()
+                .expect("free key");
+            lease.renew().await.unwrap();
+            lease.release().await.unwrap();
+        }
+        let prepared = prepared_lease_statements(&client).await;
+        if pooler {
+            assert!(prepared.is_empty(), "pooler mode prepared {prepared:?}");
+        } else {
+            for call in ["lease.acquire(", "lease.renew(", "lease.release("] {
+                let n = prepared.iter().filter(|s| s.contains(call)).count();
+                assert_eq!(n, 1, "{call} prepared {n} times: {prepared:?}");
+            }
+        }
+        client.shutdown().await;
+    }
+}
