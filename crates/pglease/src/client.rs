@@ -971,16 +971,18 @@ impl Client {
         drop(in_flight);
 
         let valid_until = timing.valid_until(sent, left);
-        let shared = Arc::new(Shared::new(
-            key.to_owned(),
-            self.inner.owner.clone(),
-            grant.epoch,
-            timing.ttl,
-            self.statements(),
-            valid_until,
-            expires_at,
-            self.inner.root.child_token(),
-        ));
+        let shared = Arc::new(
+            Shared::new(
+                key.to_owned(),
+                self.inner.owner.clone(),
+                grant.epoch,
+                timing.ttl,
+                valid_until,
+                expires_at,
+                self.inner.root.child_token(),
+            )
+            .with_statements(self.statements()),
+        );
         let (control, commands) = mpsc::unbounded_channel();
         let keepalive = Keepalive {
             shared: Arc::clone(&shared),

@@ -144,7 +144,6 @@ impl Shared {
         owner: String,
         epoch: i64,
         ttl: Duration,
-        statements: crate::calls::Statements,
         valid_until: Instant,
         expires_at: SystemTime,
         token: CancellationToken,
@@ -158,10 +157,16 @@ impl Shared {
             owner,
             epoch,
             ttl,
-            statements,
+            statements: crate::calls::Statements::Unnamed,
             health,
             token,
         }
+    }
+
+    /// How the renewals and the release send their statements (default: unnamed).
+    pub(crate) fn with_statements(mut self, statements: crate::calls::Statements) -> Shared {
+        self.statements = statements;
+        self
     }
 
     pub(crate) fn health(&self) -> Health {
