@@ -398,6 +398,11 @@ pub async fn release<C: GenericClient>(
             ],
         )
         .await?;
+    release_status(rows)
+}
+
+/// The status in the only row of a release.
+fn release_status(rows: Vec<Row>) -> Result<Status> {
     let row = one_row(rows, "lease.release")?;
     status(&row, "lease.release")
 }
@@ -719,8 +724,7 @@ pub(crate) async fn release_pooled(
         ],
     )
     .await?;
-    let row = one_row(rows, "lease.release")?;
-    status(&row, "lease.release")
+    release_status(rows)
 }
 
 /// A grant together with the time left on it, measured on the server clock after the call.
