@@ -145,7 +145,7 @@ BEGIN
                       >= pg_catalog.clock_timestamp() - interval '1 millisecond'
              INTO r.acquired, r.epoch, r.expires_at, v_done;
         IF v_done THEN
-            RETURN r;                          -- granted (the common case)
+            RETURN r;                        -- granted (the common case)
         END IF;
         IF FOUND THEN
             v_locked_at := pg_catalog.clock_timestamp();
@@ -167,11 +167,11 @@ BEGIN
             IF v_owner IS NULL OR v_expires_at <= pg_catalog.clock_timestamp() THEN
                 CONTINUE;                    -- freed or lapsed since the UPDATE: try again
             ELSIF v_owner = acquire.owner THEN
-                r.acquired := true;    -- already ours: idempotent, nothing changes
+                r.acquired := true;          -- already ours: idempotent, nothing changes
                 r.epoch := v_epoch;
                 r.expires_at := v_expires_at;
             ELSE
-                r.acquired := false;   -- held by another owner
+                r.acquired := false;         -- held by another owner
                 r.epoch := NULL;
                 r.expires_at := NULL;
             END IF;
@@ -259,7 +259,7 @@ BEGIN
                       >= pg_catalog.clock_timestamp() - interval '1 millisecond'
              INTO r.status, r.expires_at, v_prior, v_done;
         IF v_done THEN
-            RETURN r;                          -- renewed (the common case)
+            RETURN r;                        -- renewed (the common case)
         END IF;
         IF FOUND THEN
             v_locked_at := pg_catalog.clock_timestamp();
