@@ -138,7 +138,7 @@ fn schema_of(name: &str) -> String {
     format!("pglease_scratch_{ident}")
 }
 
-async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<String> {
+async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<()> {
     let s = schema_of(spec.name);
     c.batch_execute(&format!(
         "DROP SCHEMA IF EXISTS {s} CASCADE; CREATE SCHEMA {s};"
@@ -146,7 +146,6 @@ async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<S
     .await?;
     // The copy's primary key is named leases_pkey like the original's (acquire names it).
     let mut sql = leases_like(c, &format!("{s}.leases")).await?;
-    let mut public = String::new();
     sql.push_str(&format!(
         "CREATE TABLE {s}.epoch_floor (floor bigint NOT NULL, sentinel boolean NOT NULL DEFAULT false);
          INSERT INTO {s}.epoch_floor (floor, sentinel) VALUES (0, true);\n"
@@ -171,10 +170,6 @@ async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<S
             .replace("lease.leases", &format!("{s}.leases"))
             .replace("lease._", &format!("{s}._"))
             .replace("lease.epoch_floor", &format!("{s}.epoch_floor"));
-        if !func.starts_with('_') {
-            public.push_str(&d);
-            public.push_str(";\n\n");
-        }
         sql.push_str(&d);
         sql.push_str(";\n");
     }
@@ -185,7 +180,7 @@ async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<S
             .unwrap_or_else(|| e.to_string());
         err(format!("creating variant {}: {detail}", spec.name))
     })?;
-    Ok(public)
+    Ok(())
 }
 
 /// Checks that a variant still behaves as the contract says on the paths the edit touched:
@@ -325,7 +320,7 @@ pub async fn run(pgbench: &Path, db: &Db, plan: &Plan) -> BoxResult<VariantsResu
     let mut checks = Vec::new();
     for spec in SPECS {
         match create_variant(&c, &defs, spec).await {
-            Ok(_) => {
+            Ok(()) => {
                 let problems = sanity(&c, &schema_of(spec.name)).await;
                 if !problems.is_empty() {
                     eprintln!(
