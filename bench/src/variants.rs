@@ -35,7 +35,7 @@ const FUNCTIONS: [&str; 7] = [
 const DEFINER: &str = " SECURITY DEFINER\n";
 
 /// The previous release's upgrade script: the source of variant `0.2.0`.
-const SCRIPT_0_2_0: &str = include_str!("../../extension/sql/pg_lease--0.1.0--0.2.0.sql");
+const SCRIPT_0_2_0: &str = include_str!("../../extensions/pg_lease/sql/pg_lease--0.1.0--0.2.0.sql");
 
 /// An edit of one function definition: (function name, definition) -> new definition.
 type Edit = fn(&str, &str) -> Result<String, String>;

@@ -35,9 +35,9 @@ pub fn repo_root() -> PathBuf {
 
 /// The extension's control file and every versioned script, as `make install` would install them.
 pub fn extension_files() -> (PathBuf, Vec<PathBuf>) {
-    let ext = repo_root().join("extension");
+    let ext = repo_root().join("extensions/pg_lease");
     let mut scripts: Vec<PathBuf> = std::fs::read_dir(ext.join("sql"))
-        .expect("extension/sql exists")
+        .expect("extensions/pg_lease/sql exists")
         .map(|e| e.expect("readable dir entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "sql"))
         .collect();

@@ -10,7 +10,7 @@ fn read(path: &str) -> String {
 fn all_sql() -> String {
     pglease::MIGRATIONS
         .iter()
-        .map(|m| read(&format!("extension/sql/{}", m.file)))
+        .map(|m| read(&format!("extensions/pg_lease/sql/{}", m.file)))
         .collect()
 }
 

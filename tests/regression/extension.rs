@@ -19,7 +19,7 @@ async fn installed_version_matches_the_control_file() {
         .await
         .unwrap();
     let (sql_version, ext_version): (String, String) = (row.get(0), row.get(1));
-    let control = std::fs::read_to_string(repo_root().join("extension/pg_lease.control")).unwrap();
+    let control = std::fs::read_to_string(repo_root().join("extensions/pg_lease/pg_lease.control")).unwrap();
     assert!(control.contains(&format!("default_version = '{ext_version}'")));
     assert_eq!(sql_version, ext_version);
 }
@@ -62,7 +62,7 @@ fn pgxs_make_install_puts_the_files_where_postgresql_looks() {
     let staging = tempfile_dir("pgxs");
     let out = Command::new("make")
         .arg("-C")
-        .arg(repo_root().join("extension"))
+        .arg(repo_root().join("extensions/pg_lease"))
         .arg("install")
         .arg(format!("PG_CONFIG={}", pg_config.display()))
         .arg(format!("DESTDIR={}", staging.display()))
@@ -82,9 +82,9 @@ fn pgxs_make_install_puts_the_files_where_postgresql_looks() {
         let installed =
             std::fs::read(ext_dir.join(f)).unwrap_or_else(|e| panic!("{f} not installed: {e}"));
         let source = if f.ends_with(".control") {
-            repo_root().join("extension").join(f)
+            repo_root().join("extensions/pg_lease").join(f)
         } else {
-            repo_root().join("extension/sql").join(f)
+            repo_root().join("extensions/pg_lease/sql").join(f)
         };
         assert_eq!(
             installed,

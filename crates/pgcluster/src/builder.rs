@@ -87,7 +87,7 @@ impl ClusterBuilder {
     }
 
     /// Installs every `*.control` and `*.sql` file of `dir` and every `*.sql` of `dir/sql/`
-    /// (the pg_lease layout: `extension/pg_lease.control`, `extension/sql/pg_lease--0.1.0.sql`).
+    /// (the pg_lease layout: `extensions/pg_lease/pg_lease.control`, `extensions/pg_lease/sql/pg_lease--0.1.0.sql`).
     ///
     /// Files are copied atomically (temporary name, mode 0644, rename; identical files are
     /// left alone) into the installation's `<sharedir>/extension/`. If that directory is not

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::error::{Error, IoContext, Result};
 
 /// Collects the extension files of a directory: `*.control` and `*.sql` directly in it and
-/// `*.sql` in its `sql/` subdirectory (the pg_lease layout is `extension/pg_lease.control`
-/// plus `extension/sql/pg_lease--0.1.0.sql`). Fails if there is no control file.
+/// `*.sql` in its `sql/` subdirectory (the pg_lease layout is `extensions/pg_lease/pg_lease.control`
+/// plus `extensions/pg_lease/sql/pg_lease--0.1.0.sql`). Fails if there is no control file.
 pub(crate) fn files_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut has_control = false;

@@ -11,7 +11,7 @@
 //! # async fn demo() -> pgcluster::Result<()> {
 //! let cluster = pgcluster::ClusterBuilder::for_major(15)?
 //!     .setting("log_min_messages", "notice")
-//!     .extension_dir("extension")
+//!     .extension_dir("extensions/pg_lease")
 //!     .start()?;
 //! let client = cluster.connect("postgres").await?;
 //! let row = client.query_one("SELECT version()", &[]).await?;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use pgcluster::{Cluster, ClusterBuilder};
 
-/// Writes the embedded extension files into a fresh directory laid out like `extension/`.
+/// Writes the embedded extension files into a fresh directory laid out like `extensions/pg_lease/`.
 fn extension_dir() -> std::io::Result<(tempfile::TempDir, PathBuf)> {
     let dir = tempfile::Builder::new().prefix("pglease-ext-").tempdir()?;
     let root = dir.path().to_path_buf();

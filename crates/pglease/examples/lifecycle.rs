@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(15);
-            let extension = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extension");
+            let extension = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extensions/pg_lease");
             println!("starting a private PostgreSQL {major} ...");
             let cluster = pgcluster::ClusterBuilder::for_major(major)?
                 .extension_dir(extension)

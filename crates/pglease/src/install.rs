@@ -11,7 +11,7 @@ use tokio_postgres::{Client, GenericClient};
 use crate::calls::{get, one_row};
 use crate::error::{Error, Result};
 
-/// One script of the installation chain, embedded from `extension/sql/` (the very files
+/// One script of the installation chain, embedded from `extensions/pg_lease/sql/` (the very files
 /// `CREATE EXTENSION` runs, never copies).
 ///
 /// # Examples
@@ -27,7 +27,7 @@ pub struct Migration {
     pub from: Option<&'static str>,
     /// The version the database is at after this script.
     pub to: &'static str,
-    /// The script's file name in `extension/sql/` (what `make install` ships).
+    /// The script's file name in `extensions/pg_lease/sql/` (what `make install` ships).
     pub file: &'static str,
     /// The script itself.
     pub script: &'static str,
@@ -49,30 +49,30 @@ pub const MIGRATIONS: &[Migration] = &[
         from: None,
         to: "0.1.0",
         file: "pg_lease--0.1.0.sql",
-        script: include_str!("../../../extension/sql/pg_lease--0.1.0.sql"),
+        script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0.sql"),
     },
     Migration {
         from: Some("0.1.0"),
         to: "0.2.0",
         file: "pg_lease--0.1.0--0.2.0.sql",
-        script: include_str!("../../../extension/sql/pg_lease--0.1.0--0.2.0.sql"),
+        script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0--0.2.0.sql"),
     },
     Migration {
         from: Some("0.2.0"),
         to: "0.3.0",
         file: "pg_lease--0.2.0--0.3.0.sql",
-        script: include_str!("../../../extension/sql/pg_lease--0.2.0--0.3.0.sql"),
+        script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.2.0--0.3.0.sql"),
     },
 ];
 
-/// The extension's control file, `extension/pg_lease.control` (for tools that install the files).
+/// The extension's control file, `extensions/pg_lease/pg_lease.control` (for tools that install the files).
 ///
 /// # Examples
 ///
 /// ```
 /// assert!(pglease::CONTROL.contains("default_version"));
 /// ```
-pub const CONTROL: &str = include_str!("../../../extension/pg_lease.control");
+pub const CONTROL: &str = include_str!("../../../extensions/pg_lease/pg_lease.control");
 
 /// The version of pg_lease's SQL API that this library speaks and installs.
 ///
@@ -657,7 +657,7 @@ mod tests {
 
     #[test]
     fn every_script_in_extension_sql_is_in_the_chain() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extension/sql");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extensions/pg_lease/sql");
         let mut on_disk: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -15,9 +15,9 @@ use pgcluster::{Cluster, ClusterBuilder};
 /// The pglease binary under test.
 pub const PGLEASE: &str = env!("CARGO_BIN_EXE_pglease");
 
-/// The repository's `extension/` directory (control file and `sql/`).
+/// The repository's `extensions/pg_lease/` directory (control file and `sql/`).
 pub fn extension_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../extension")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../extensions/pg_lease")
 }
 
 /// The PostgreSQL major version under test: `PGLEASE_PG_VERSION`, else 15.

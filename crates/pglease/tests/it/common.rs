@@ -35,7 +35,7 @@ pub fn major() -> u32 {
 
 /// Starts a new private server with the extension files installed.
 pub fn start_cluster() -> Cluster {
-    let ext = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../extension");
+    let ext = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../extensions/pg_lease");
     ClusterBuilder::for_major(major())
         .and_then(|b| b.extension_dir(ext).start())
         .unwrap_or_else(|e| panic!("could not start PostgreSQL {}: {e}", major()))
