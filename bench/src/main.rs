@@ -183,7 +183,8 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
         }
         if want(Section::Variants) {
             eprintln!("[variants] function-body variants in a scratch schema");
-            rep.variants = Some(variants::run(&pgb, &main_db, &plan).await?);
+            let previous = server.is_private().then(|| server.db(server::DB_PREVIOUS));
+            rep.variants = Some(variants::run(&pgb, &main_db, previous.as_ref(), &plan).await?);
         }
         if want(Section::Storm) {
             eprintln!("[storm] renew storm");

@@ -24,6 +24,8 @@ pub const ROLE: &str = "bench";
 pub const DB_MAIN: &str = "bench";
 pub const DB_STORM: &str = "bench_storm";
 pub const DB_SCALE: &str = "bench_scale";
+/// A database with the previous release of pg_lease (the `previous` variant's bodies).
+pub const DB_PREVIOUS: &str = "bench_previous";
 
 pub struct Server {
     pub cluster: Option<Cluster>,
@@ -45,7 +47,7 @@ impl Server {
     /// Starts a private cluster of PostgreSQL `major` with the repository's extension files.
     pub fn start_private(major: u32, repo: &Path) -> BoxResult<Server> {
         let cluster = ClusterBuilder::for_major(major)?
-            .extension_dir(repo.join("extension"))
+            .extension_dir(repo.join("extensions/pg_lease"))
             .setting("max_connections", "60")
             .start()?;
         let mut main = Config::new();
@@ -92,10 +94,19 @@ impl Server {
             let c = connect(&postgres, None).await?;
             c.batch_execute(&format!("CREATE ROLE {ROLE} LOGIN"))
                 .await?;
-            for db in [DB_MAIN, DB_STORM, DB_SCALE] {
+            for db in [DB_MAIN, DB_STORM, DB_SCALE, DB_PREVIOUS] {
                 c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
                     .await?;
             }
+            let mut cfg = self.main.clone();
+            cfg.dbname(DB_PREVIOUS);
+            connect(&cfg, None)
+                .await?
+                .batch_execute(&format!(
+                    "CREATE EXTENSION pg_lease VERSION '{}'",
+                    crate::variants::previous_release()
+                ))
+                .await?;
             for db in [DB_MAIN, DB_STORM, DB_SCALE] {
                 let mut cfg = self.main.clone();
                 cfg.dbname(db);

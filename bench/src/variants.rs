@@ -2,8 +2,9 @@
 //! Copies of the installed `lease.acquire`, `lease.renew` and `lease.release` (read back with
 //! `pg_get_functiondef`, so they are exactly what the extension installed) are created in scratch
 //! schemas, each on its own copy of the table and with one thing changed, and run as W1 side by side
-//! with the real functions and the floor. Variant `0.2.0` is the previous release's bodies (from its
-//! upgrade script): the before/after comparison of the optimisation.
+//! with the real functions and the floor. Variant `previous` is the previous release's bodies, read
+//! back the same way from a database where that release is installed (`CREATE EXTENSION pg_lease
+//! VERSION ...`, private cluster only): the before/after comparison of an optimisation.
 //!
 //! Variants that drop SECURITY DEFINER or the pinned search_path only *measure* what those cost;
 //! they are not proposals (safety is not traded for speed).
@@ -34,11 +35,21 @@ const FUNCTIONS: [&str; 7] = [
 
 const DEFINER: &str = " SECURITY DEFINER\n";
 
-/// The previous release's upgrade script: the source of variant `0.2.0`.
-const SCRIPT_0_2_0: &str = include_str!("../../extensions/pg_lease/sql/pg_lease--0.1.0--0.2.0.sql");
+/// An edit of one function definition: (sources, function name, definition) -> new definition.
+type Edit = fn(&Sources, &str, &str) -> Result<String, String>;
 
-/// An edit of one function definition: (function name, definition) -> new definition.
-type Edit = fn(&str, &str) -> Result<String, String>;
+/// Where edits may take definitions from besides the installed one.
+struct Sources {
+    /// The previous release's definitions of the functions, by name (`acquire`, ...), or why there
+    /// are none.
+    previous: Result<Vec<(String, String)>, String>,
+}
+
+/// The release before the current one: the version whose bodies variant `previous` runs.
+pub fn previous_release() -> &'static str {
+    let versions = pglease::PG_LEASE.versions();
+    versions[versions.len() - 2]
+}
 
 struct Spec {
     name: &'static str,
@@ -54,19 +65,18 @@ fn replace_once(def: &str, from: &str, to: &str) -> Result<String, String> {
     }
 }
 
-fn edit_none(_: &str, def: &str) -> Result<String, String> {
+fn edit_none(_: &Sources, _: &str, def: &str) -> Result<String, String> {
     Ok(def.to_string())
 }
 
-/// The definition of `lease.<func>` in the 0.2.0 upgrade script, in place of the installed one.
-fn edit_0_2_0(func: &str, _: &str) -> Result<String, String> {
-    let start = SCRIPT_0_2_0
-        .find(&format!("CREATE OR REPLACE FUNCTION lease.{func}("))
-        .ok_or_else(|| format!("lease.{func} not in the 0.2.0 script"))?;
-    let end = SCRIPT_0_2_0[start..]
-        .find("\n$$;")
-        .ok_or_else(|| format!("unterminated lease.{func} in the 0.2.0 script"))?;
-    Ok(SCRIPT_0_2_0[start..start + end + "\n$$".len()].to_string())
+/// The previous release's definition of `lease.<func>`, in place of the installed one.
+fn edit_previous(sources: &Sources, func: &str, _: &str) -> Result<String, String> {
+    let previous = sources.previous.as_ref().map_err(Clone::clone)?;
+    previous
+        .iter()
+        .find(|(name, _)| name == func)
+        .map(|(_, def)| def.clone())
+        .ok_or_else(|| format!("lease.{func} not in pg_lease {}", previous_release()))
 }
 
 /// The ` SET search_path TO ...` line of a definition, whatever its value.
@@ -80,16 +90,16 @@ fn set_path_line(def: &str) -> Result<&str, String> {
 
 /// `SET search_path TO 'pg_temp'`: PostgreSQL searches pg_catalog first when the path does not name
 /// it, so the lookup order is the same as the installed `'pg_catalog', 'pg_temp'`.
-fn edit_path_temp(_: &str, def: &str) -> Result<String, String> {
+fn edit_path_temp(_: &Sources, _: &str, def: &str) -> Result<String, String> {
     replace_once(def, set_path_line(def)?, " SET search_path TO 'pg_temp'\n")
 }
 
-fn edit_no_set(_: &str, def: &str) -> Result<String, String> {
+fn edit_no_set(_: &Sources, _: &str, def: &str) -> Result<String, String> {
     replace_once(def, set_path_line(def)?, "")
 }
 
-fn edit_plain(_: &str, def: &str) -> Result<String, String> {
-    replace_once(&edit_no_set("", def)?, DEFINER, "")
+fn edit_plain(sources: &Sources, _: &str, def: &str) -> Result<String, String> {
+    replace_once(&edit_no_set(sources, "", def)?, DEFINER, "")
 }
 
 const SPECS: &[Spec] = &[
@@ -99,9 +109,9 @@ const SPECS: &[Spec] = &[
         edit: edit_none,
     },
     Spec {
-        name: "0.2.0",
-        what: "the previous release's function bodies (before the 0.3.0 optimisation), same table",
-        edit: edit_0_2_0,
+        name: "previous",
+        what: "the previous release's function bodies (as installed by that release), same table",
+        edit: edit_previous,
     },
     Spec {
         name: "path-temp",
@@ -138,7 +148,12 @@ fn schema_of(name: &str) -> String {
     format!("pglease_scratch_{ident}")
 }
 
-async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<()> {
+async fn create_variant(
+    c: &Client,
+    defs: &[String],
+    sources: &Sources,
+    spec: &Spec,
+) -> BoxResult<()> {
     let s = schema_of(spec.name);
     c.batch_execute(&format!(
         "DROP SCHEMA IF EXISTS {s} CASCADE; CREATE SCHEMA {s};"
@@ -159,7 +174,8 @@ async fn create_variant(c: &Client, defs: &[String], spec: &Spec) -> BoxResult<(
         let edited = if func.starts_with('_') {
             def.clone()
         } else {
-            (spec.edit)(&func, def).map_err(|e| err(format!("variant {}: {e}", spec.name)))?
+            (spec.edit)(sources, &func, def)
+                .map_err(|e| err(format!("variant {}: {e}", spec.name)))?
         };
         let d = edited
             .replacen(
@@ -303,8 +319,8 @@ fn w1_script(schema: &str, name: &'static str, what: &'static str) -> Variant {
     }
 }
 
-pub async fn run(pgbench: &Path, db: &Db, plan: &Plan) -> BoxResult<VariantsResult> {
-    let c = db.connect(false).await?;
+/// The definitions of [`FUNCTIONS`] as installed in the database `c` is connected to.
+async fn installed_definitions(c: &Client) -> BoxResult<Vec<String>> {
     let mut defs = Vec::new();
     for f in FUNCTIONS {
         let row = c
@@ -315,11 +331,49 @@ pub async fn run(pgbench: &Path, db: &Db, plan: &Plan) -> BoxResult<VariantsResu
             .await?;
         defs.push(row.get::<_, String>(0));
     }
+    Ok(defs)
+}
+
+/// The previous release's definitions of the public functions of the cycle, by name, from
+/// `previous` (a database where that release is installed).
+async fn previous_definitions(previous: Option<&Db>) -> Result<Vec<(String, String)>, String> {
+    let db = previous.ok_or_else(|| {
+        format!(
+            "pg_lease {} is installed only in a private cluster",
+            previous_release()
+        )
+    })?;
+    let c = db.connect(false).await.map_err(|e| e.to_string())?;
+    let defs = installed_definitions(&c).await.map_err(|e| e.to_string())?;
+    Ok(defs
+        .into_iter()
+        .filter_map(|def| {
+            let name = def
+                .split_once("FUNCTION lease.")
+                .and_then(|(_, rest)| rest.split_once('('))
+                .map(|(name, _)| name.to_string())?;
+            (!name.starts_with('_')).then_some((name, def))
+        })
+        .collect())
+}
+
+/// Runs the variants. `previous`: a database with the previous release installed, if any.
+pub async fn run(
+    pgbench: &Path,
+    db: &Db,
+    previous: Option<&Db>,
+    plan: &Plan,
+) -> BoxResult<VariantsResult> {
+    let c = db.connect(false).await?;
+    let defs = installed_definitions(&c).await?;
+    let sources = Sources {
+        previous: previous_definitions(previous).await,
+    };
     let mut variants = vec![scripts::w1_lease()];
     let mut skipped = Vec::new();
     let mut checks = Vec::new();
     for spec in SPECS {
-        match create_variant(&c, &defs, spec).await {
+        match create_variant(&c, &defs, &sources, spec).await {
             Ok(()) => {
                 let problems = sanity(&c, &schema_of(spec.name)).await;
                 if !problems.is_empty() {

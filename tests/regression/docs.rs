@@ -6,12 +6,9 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// Every script of the extension, concatenated.
+/// The extension's current API: its one current source.
 fn all_sql() -> String {
-    pglease::MIGRATIONS
-        .iter()
-        .map(|m| read(&format!("extensions/pg_lease/sql/{}", m.file)))
-        .collect()
+    read("extensions/pg_lease/sql/pg_lease.sql")
 }
 
 /// Every `ERRCODE = 'xxxxx'` the SQL raises.

@@ -5,24 +5,45 @@ use pglease_tests::{ADMIN, APP, expect_error, server};
 
 use crate::{grant, inspect, release, renew};
 
-/// One line per function, table column and index of schema `lease` (what must match after upgrade).
+/// One line per object of schema `lease` and per property that must match after an upgrade:
+/// functions (signature, result, volatility, security, settings, privileges and the body itself, as
+/// `md5(prosrc)`), the columns of tables and row types, constraints, indexes, storage options,
+/// privileges and comments of relations, the schema's privileges, and what `pg_dump` keeps
+/// (`pg_extension_config_dump`). So the full install script and the upgrade chain cannot drift.
 async fn api_of(db: &str) -> Vec<String> {
     let c = server().connect_super(db).await;
     c.query(
-        "SELECT format('%s(%s) -> %s %s secdef=%s config=%s acl=%s', p.proname,
+        "SELECT format('%s(%s) -> %s %s secdef=%s config=%s acl=%s body=%s', p.proname,
                       pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
-                      p.provolatile, p.prosecdef, p.proconfig, p.proacl)
+                      p.provolatile, p.prosecdef, p.proconfig, p.proacl, md5(p.prosrc))
            FROM pg_proc p WHERE p.pronamespace = 'lease'::regnamespace
          UNION ALL
          SELECT format('%s.%s %s notnull=%s default=%s', c.relname, a.attname,
                        format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
            FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
            LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-          WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind = 'r'
+          WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind IN ('r', 'c')
          UNION ALL
          SELECT format('%s %s', c.relname, pg_get_indexdef(i.indexrelid))
            FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid
           WHERE c.relnamespace = 'lease'::regnamespace
+         UNION ALL
+         SELECT format('%s constraint %s %s', c.relname, k.conname, pg_get_constraintdef(k.oid))
+           FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid
+          WHERE c.relnamespace = 'lease'::regnamespace
+         UNION ALL
+         SELECT format('%s kind=%s options=%s acl=%s comment=%s', c.relname, c.relkind, c.reloptions,
+                       c.relacl, obj_description(c.oid, 'pg_class'))
+           FROM pg_class c
+          WHERE c.relnamespace = 'lease'::regnamespace
+         UNION ALL
+         SELECT format('schema lease acl=%s', n.nspacl)
+           FROM pg_namespace n WHERE n.nspname = 'lease'
+         UNION ALL
+         SELECT format('dumped %s where=%s', cfg.rel::regclass, cfg.cond)
+           FROM pg_extension e,
+                unnest(e.extconfig::regclass[]::oid[], e.extcondition) AS cfg (rel, cond)
+          WHERE e.extname = 'pg_lease'
          ORDER BY 1",
         &[],
     )
@@ -31,6 +52,11 @@ async fn api_of(db: &str) -> Vec<String> {
     .iter()
     .map(|r| r.get(0))
     .collect()
+}
+
+/// The released versions of pg_lease, oldest first.
+fn versions() -> Vec<&'static str> {
+    pglease::PG_LEASE.versions()
 }
 
 #[tokio::test]
@@ -45,7 +71,7 @@ async fn the_update_chain_is_linear_from_every_version_to_the_default() {
         )
         .await
         .unwrap();
-    let versions: Vec<&str> = pglease::MIGRATIONS.iter().map(|m| m.to).collect();
+    let versions = versions();
     for (i, from) in versions.iter().enumerate() {
         for (j, to) in versions.iter().enumerate().skip(i + 1) {
             let expected = versions[i..=j].join("--");
@@ -68,11 +94,7 @@ async fn updating_from_every_older_version_keeps_leases_and_ends_with_the_fresh_
     let s = server();
     let fresh = s.fresh_db_with_extension("fresh_api");
     let expected = api_of(&fresh).await;
-    for old in pglease::MIGRATIONS
-        .iter()
-        .map(|m| m.to)
-        .filter(|v| *v != pglease::VERSION)
-    {
+    for old in versions().into_iter().filter(|v| *v != pglease::VERSION) {
         let db = s.fresh_db("updated");
         let admin = s.connect_as(&db, ADMIN).await;
         admin
@@ -101,11 +123,19 @@ async fn updating_from_every_older_version_keeps_leases_and_ends_with_the_fresh_
     }
 }
 
-/// Brings a fresh database to `version` by running the scripts of the chain by hand, as an older
-/// pglease (installing without the extension files) would have.
+/// Brings a fresh database to `version` by running the scripts of the chain by hand (the first
+/// release's install script, then each upgrade), as an older pglease (installing without the
+/// extension files) would have.
 async fn script_install_up_to(admin: &tokio_postgres::Client, version: &str) {
     let mut sql = String::from("BEGIN; CREATE SCHEMA lease; SET LOCAL search_path = lease;");
-    for step in pglease::MIGRATIONS {
+    let first = pglease::PG_LEASE.scripts[0];
+    let chain = std::iter::once(&first).chain(
+        pglease::PG_LEASE
+            .scripts
+            .iter()
+            .filter(|m| m.from.is_some()),
+    );
+    for step in chain {
         let script: String = step
             .script
             .lines()
@@ -138,7 +168,7 @@ async fn script_installs_upgrade_through_the_same_chain() {
     let s = server();
     let db = s.fresh_db("script_upgrade");
     let mut admin = s.connect_as(&db, ADMIN).await;
-    script_install_up_to(&admin, pglease::MIGRATIONS[0].to).await;
+    script_install_up_to(&admin, versions()[0]).await;
     assert_eq!(grant(&admin, "k", "w", "1 hour").await, 1);
 
     let installed = pglease::install(&mut admin).await.unwrap();
@@ -148,6 +178,37 @@ async fn script_installs_upgrade_through_the_same_chain() {
         pglease::VERSION
     );
     assert_eq!(renew(&admin, "k", "w", 1, "1 hour").await.0, "ok");
+}
+
+/// The same as `updating_from_every_older_version_keeps_leases_and_ends_with_the_fresh_api`, for
+/// databases without the extension files: a script install of every older version, upgraded by the
+/// installer, has exactly the API of a fresh script install (the installer's own bookkeeping table,
+/// which the hand-made old installs create differently, aside).
+#[tokio::test]
+async fn script_installs_upgraded_from_every_older_version_end_with_the_fresh_api() {
+    let s = server();
+    let fresh = s.fresh_db("fresh_script_api");
+    pglease::install(&mut s.connect_as(&fresh, ADMIN).await)
+        .await
+        .unwrap();
+    let api = |lines: Vec<String>| -> Vec<String> {
+        lines
+            .into_iter()
+            .filter(|l| !l.starts_with("schema_migrations"))
+            .collect()
+    };
+    let expected = api(api_of(&fresh).await);
+    for old in versions().into_iter().filter(|v| *v != pglease::VERSION) {
+        let db = s.fresh_db("script_updated");
+        let mut admin = s.connect_as(&db, ADMIN).await;
+        script_install_up_to(&admin, old).await;
+        pglease::install(&mut admin).await.unwrap();
+        assert_eq!(
+            api(api_of(&db).await),
+            expected,
+            "API after the installer upgraded a script install of {old}"
+        );
+    }
 }
 
 /// Who may execute acquire and renew, as (function, grantee, grantable) lines.

@@ -1,42 +1,133 @@
-//! Getting pg_lease's SQL API into a database: by `CREATE EXTENSION` where the server has the
-//! extension files, or by running the extension's own script where it has not (managed PostgreSQL).
+//! Getting our SQL extensions into a database: by `CREATE EXTENSION` where the server has the
+//! extension files, or by running the extension's own scripts where it has not (managed PostgreSQL).
 //!
-//! Both paths take the same transaction-scoped advisory lock ([`LOCK_KEY`]), so concurrent
-//! installers serialise and all but the first find pg_lease installed. The script path records what
-//! it applied in `lease.schema_migrations`; the extension path is recorded by PostgreSQL in
-//! `pg_extension`. [`installed`] reads either.
+//! Each extension is described once, by an [`Extension`]: its name, schema, control file, scripts
+//! and the extensions it requires. The functions here work on any of them ([`Extension::install`],
+//! [`Extension::create_extension`], ...); the free functions ([`install()`], [`installed`], ...) are
+//! the same for pg_lease ([`PG_LEASE`]).
+//!
+//! Both paths take one transaction-scoped advisory lock per extension ([`Extension::lock_key`]), in
+//! dependency order, so concurrent installers serialise and all but the first find it installed.
+//! The script path records what it applied in `<schema>.schema_migrations`; the extension path is
+//! recorded by PostgreSQL in `pg_extension`. [`Extension::installed`] reads either.
 
-use tokio_postgres::{Client, GenericClient};
+use tokio_postgres::{Client, GenericClient, Transaction};
 
 use crate::calls::{get, one_row};
 use crate::error::{Error, Result};
 
-/// One script of the installation chain, embedded from `extensions/pg_lease/sql/` (the very files
-/// `CREATE EXTENSION` runs, never copies).
+/// One script file of an extension, embedded from `extensions/<name>/sql/` (the very files
+/// `CREATE EXTENSION` runs, never copies): an install script (`<name>--<to>.sql`) or an upgrade
+/// script (`<name>--<from>--<to>.sql`).
 ///
 /// # Examples
 ///
 /// ```
-/// for step in pglease::MIGRATIONS {
-///     println!("{:?} -> {}: {}", step.from, step.to, step.file);
+/// for script in pglease::PG_LEASE.scripts {
+///     println!("{:?} -> {}: {}", script.from, script.to, script.file);
 /// }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Migration {
-    /// The version this script upgrades from; `None` for the base install script.
+    /// The version this script upgrades from; `None` for an install script.
     pub from: Option<&'static str>,
     /// The version the database is at after this script.
     pub to: &'static str,
-    /// The script's file name in `extensions/pg_lease/sql/` (what `make install` ships).
+    /// The script's file name in `extensions/<name>/sql/` (what `make install` ships).
     pub file: &'static str,
     /// The script itself.
     pub script: &'static str,
 }
 
-/// The chain of scripts from nothing to [`VERSION`], in order: the base script, then each upgrade.
+/// One of our SQL extensions, as the installers need to know it.
 ///
-/// `CREATE EXTENSION pg_lease` walks the same chain (PostgreSQL installs the base version and applies
-/// the upgrade scripts); [`install()`] applies the steps a database does not have yet.
+/// The scripts are those of the extension's `sql/` directory: the install script of the current
+/// [`version`](Self::version) (produced from the one current source `sql/<name>.sql`), the install
+/// script of the first release (kept so that older versions can be installed and upgraded, as the
+/// upgrade tests do), and one upgrade script per release since.
+///
+/// # Examples
+///
+/// ```
+/// let ext = &pglease::PG_LEASE;
+/// assert_eq!((ext.name, ext.schema), ("pg_lease", "lease"));
+/// assert_eq!(ext.install_script().to, ext.version);
+/// ```
+#[derive(Debug)]
+pub struct Extension {
+    /// The extension's name (`CREATE EXTENSION <name>`), also its directory under `extensions/`.
+    pub name: &'static str,
+    /// The schema it creates and owns (the control file's `schema`; not relocatable).
+    pub schema: &'static str,
+    /// The version this library speaks and installs (the control file's `default_version`).
+    pub version: &'static str,
+    /// The control file, `extensions/<name>/<name>.control` (for tools that install the files).
+    pub control: &'static str,
+    /// The extensions this one requires (the control file's `requires`), installed before it.
+    pub requires: &'static [&'static Extension],
+    /// The key of the transaction-scoped advisory lock (`pg_advisory_xact_lock(bigint)`) that
+    /// serialises installers of this extension.
+    pub lock_key: i64,
+    /// Every script file of the extension, install scripts and the upgrade chain, in version order.
+    pub scripts: &'static [Migration],
+}
+
+/// pg_lease, schema `lease`: leases with fencing epochs.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::PG_LEASE.control_file(), "pg_lease.control");
+/// assert!(pglease::PG_LEASE.requires.is_empty());
+/// ```
+pub const PG_LEASE: Extension = Extension {
+    name: "pg_lease",
+    schema: "lease",
+    version: "0.3.0",
+    control: include_str!("../../../extensions/pg_lease/pg_lease.control"),
+    requires: &[],
+    lock_key: i64::from_be_bytes(*b"pg_lease"),
+    scripts: &[
+        Migration {
+            from: None,
+            to: "0.1.0",
+            file: "pg_lease--0.1.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0.sql"),
+        },
+        Migration {
+            from: Some("0.1.0"),
+            to: "0.2.0",
+            file: "pg_lease--0.1.0--0.2.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0--0.2.0.sql"),
+        },
+        Migration {
+            from: Some("0.2.0"),
+            to: "0.3.0",
+            file: "pg_lease--0.2.0--0.3.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.2.0--0.3.0.sql"),
+        },
+        Migration {
+            from: None,
+            to: "0.3.0",
+            file: "pg_lease--0.3.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.3.0.sql"),
+        },
+    ],
+};
+
+/// Every extension of this library, each after the extensions it requires.
+///
+/// # Examples
+///
+/// ```
+/// for ext in pglease::EXTENSIONS {
+///     assert!(ext.requires.iter().all(|r| pglease::EXTENSIONS.iter()
+///         .position(|e| e.name == r.name) < pglease::EXTENSIONS.iter().position(|e| e.name == ext.name)));
+/// }
+/// ```
+pub const EXTENSIONS: &[&Extension] = &[&PG_LEASE];
+
+/// pg_lease's script files ([`PG_LEASE`]`.scripts`): install scripts and the upgrade chain.
 ///
 /// # Examples
 ///
@@ -44,63 +135,41 @@ pub struct Migration {
 /// assert_eq!(pglease::MIGRATIONS[0].from, None);
 /// assert_eq!(pglease::MIGRATIONS.last().unwrap().to, pglease::VERSION);
 /// ```
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        from: None,
-        to: "0.1.0",
-        file: "pg_lease--0.1.0.sql",
-        script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0.sql"),
-    },
-    Migration {
-        from: Some("0.1.0"),
-        to: "0.2.0",
-        file: "pg_lease--0.1.0--0.2.0.sql",
-        script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0--0.2.0.sql"),
-    },
-    Migration {
-        from: Some("0.2.0"),
-        to: "0.3.0",
-        file: "pg_lease--0.2.0--0.3.0.sql",
-        script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.2.0--0.3.0.sql"),
-    },
-];
+pub const MIGRATIONS: &[Migration] = PG_LEASE.scripts;
 
-/// The extension's control file, `extensions/pg_lease/pg_lease.control` (for tools that install the files).
+/// pg_lease's control file, `extensions/pg_lease/pg_lease.control` ([`PG_LEASE`]`.control`).
 ///
 /// # Examples
 ///
 /// ```
 /// assert!(pglease::CONTROL.contains("default_version"));
 /// ```
-pub const CONTROL: &str = include_str!("../../../extensions/pg_lease/pg_lease.control");
+pub const CONTROL: &str = PG_LEASE.control;
 
-/// The version of pg_lease's SQL API that this library speaks and installs.
+/// The version of pg_lease's SQL API that this library speaks and installs ([`PG_LEASE`]`.version`).
 ///
 /// # Examples
 ///
 /// ```
 /// assert_eq!(pglease::VERSION, "0.3.0");
 /// ```
-pub const VERSION: &str = "0.3.0";
+pub const VERSION: &str = PG_LEASE.version;
 
-/// The key of the transaction-scoped advisory lock (`pg_advisory_xact_lock(bigint)`) that serialises
-/// installers: the bytes `pg_lease` read as a big-endian `i64`.
+/// The key of pg_lease's installer lock ([`PG_LEASE`]`.lock_key`): the bytes `pg_lease` read as a
+/// big-endian `i64`.
 ///
 /// # Examples
 ///
 /// ```
 /// assert_eq!(pglease::LOCK_KEY.to_be_bytes(), *b"pg_lease");
 /// ```
-pub const LOCK_KEY: i64 = i64::from_be_bytes(*b"pg_lease");
+pub const LOCK_KEY: i64 = PG_LEASE.lock_key;
 
 /// A line that marks the next statement as one for `CREATE EXTENSION` only; the script installer
 /// drops it and the statement (through the next line ending with `;`).
 const EXTENSION_ONLY: &str = "-- pglease:extension-only";
 
-/// The schema pg_lease lives in (the control file's `schema`; the extension is not relocatable).
-const SCHEMA: &str = "lease";
-
-/// How pg_lease got into a database.
+/// How an extension got into a database.
 ///
 /// # Examples
 ///
@@ -116,14 +185,15 @@ const SCHEMA: &str = "lease";
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Via {
-    /// `CREATE EXTENSION pg_lease`: the server has the extension files; PostgreSQL tracks it in
+    /// `CREATE EXTENSION`: the server has the extension files; PostgreSQL tracks it in
     /// `pg_extension`, and `ALTER EXTENSION` / `DROP EXTENSION` manage it.
     Extension,
-    /// [`install()`] ran the extension script itself; `lease.schema_migrations` records the version.
+    /// [`Extension::install`] ran the extension's script itself; `<schema>.schema_migrations`
+    /// records the version.
     Script,
 }
 
-/// pg_lease as found installed in a database: its version and how it got there.
+/// An extension as found installed in a database: its version and how it got there.
 ///
 /// # Examples
 ///
@@ -136,66 +206,552 @@ pub enum Via {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Installed {
-    /// The installed version of the SQL API (compare with [`VERSION`]).
+    /// The installed version of the SQL API (compare with [`Extension::version`]).
     pub version: String,
-    /// Whether it was installed by `CREATE EXTENSION` or by [`install()`].
+    /// Whether it was installed by `CREATE EXTENSION` or by [`Extension::install`].
     pub via: Via,
 }
 
-// The read-only checks ([`installed`], [`check_version`]) use unnamed statements (`query_typed`),
-// so they also work through a transaction-mode pooler such as PgBouncer.
+// The read-only checks ([`Extension::installed`], [`Extension::check_version`]) use unnamed
+// statements (`query_typed`), so they also work through a transaction-mode pooler such as PgBouncer.
 
-/// What a database holds, as far as the installers care.
+/// What a database holds of one extension, as far as the installers care.
 #[derive(Debug, PartialEq, Eq)]
 enum State {
-    /// No schema `lease`, or an empty one.
+    /// No schema, or an empty one.
     Absent { schema_exists: bool },
-    /// `CREATE EXTENSION pg_lease`, at this version.
+    /// `CREATE EXTENSION`, at this version.
     Extension(String),
     /// The script installer's work, at this version.
     Script(String),
-    /// pg_lease objects without a record of how or which version they came.
+    /// The extension's objects without a record of how or which version they came.
     Unrecorded,
-    /// A schema `lease` holding this many objects, none of them pg_lease's.
+    /// The schema exists and holds this many objects, none of them the extension's.
     Foreign(i64),
 }
 
-const DETECT: &str = "\
-SELECT (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pg_lease'),
-       n.oid IS NOT NULL,
-       pg_catalog.to_regclass('lease.schema_migrations') IS NOT NULL,
-       pg_catalog.to_regclass('lease.leases') IS NOT NULL
-           OR pg_catalog.to_regprocedure('lease.version()') IS NOT NULL,
-       (SELECT pg_catalog.count(*) FROM pg_catalog.pg_depend AS d
-         WHERE d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
-           AND d.refobjid = n.oid
-           AND d.classid <> 'pg_catalog.pg_default_acl'::pg_catalog.regclass)
-  FROM (VALUES (1)) AS one (x)
-  LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = 'lease'";
+impl Extension {
+    /// The control file's name, `<name>.control`.
+    pub fn control_file(&self) -> String {
+        format!("{}.control", self.name)
+    }
 
-const MIGRATIONS_READABLE: &str =
-    "SELECT pg_catalog.has_table_privilege('lease.schema_migrations', 'SELECT')";
+    /// The install script of [`version`](Self::version): what a fresh installation runs.
+    ///
+    /// # Panics
+    ///
+    /// Never for the extensions of this library (a unit test checks each has one).
+    pub fn install_script(&self) -> &'static Migration {
+        self.scripts
+            .iter()
+            .find(|m| m.from.is_none() && m.to == self.version)
+            .expect("every extension has an install script of its current version")
+    }
 
-const MIGRATIONS_LATEST: &str = "SELECT version FROM lease.schema_migrations \
-     ORDER BY applied_at DESC, version DESC LIMIT 1";
+    /// The released versions, oldest first: the first install script's, then each upgrade's.
+    pub fn versions(&self) -> Vec<&'static str> {
+        let mut versions: Vec<&'static str> = Vec::new();
+        for m in self.scripts {
+            if !versions.contains(&m.to) {
+                versions.push(m.to);
+            }
+        }
+        versions
+    }
 
-const SQL_VERSION: &str = "SELECT lease.version()";
+    /// The scripts that bring a database from `version` (`None`: nothing installed) to
+    /// [`version`](Self::version), in order, or `None` if no chain leads from `version`.
+    fn steps_after(&self, version: Option<&str>) -> Option<Vec<&'static Migration>> {
+        let Some(mut at) = version else {
+            return Some(vec![self.install_script()]);
+        };
+        let mut steps = Vec::new();
+        while at != self.version {
+            let step = self.scripts.iter().find(|m| m.from == Some(at))?;
+            steps.push(step);
+            at = step.to;
+        }
+        Some(steps)
+    }
 
-const CREATE_MIGRATIONS: &str = "\
-CREATE TABLE lease.schema_migrations (
-    version    text PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
-    applied_by name NOT NULL DEFAULT CURRENT_USER
-);
-COMMENT ON TABLE lease.schema_migrations IS
-    'pg_lease versions applied by the pglease installer (databases without the extension files)';
-REVOKE ALL ON TABLE lease.schema_migrations FROM PUBLIC;";
+    /// This extension after everything it requires (each once), in installation order.
+    fn with_requirements(&'static self) -> Vec<&'static Extension> {
+        fn visit(ext: &'static Extension, out: &mut Vec<&'static Extension>) {
+            for req in ext.requires {
+                visit(req, out);
+            }
+            if !out.iter().any(|e| e.name == ext.name) {
+                out.push(ext);
+            }
+        }
+        let mut out = Vec::new();
+        visit(self, &mut out);
+        out
+    }
 
-/// The installed pg_lease, if any: via `CREATE EXTENSION` or via [`install()`]; `None` otherwise.
-///
-/// Reads the catalogs and, for a script install, `lease.schema_migrations` (or `lease.version()` for a
-/// role that may not read that table). Changes nothing and takes no lock. A schema `lease` whose
-/// objects are neither is reported as `None` (and [`install()`] refuses it).
+    /// The installed extension, if any: via `CREATE EXTENSION` or via [`install`](Self::install);
+    /// `None` otherwise.
+    ///
+    /// Reads the catalogs and, for a script install, `<schema>.schema_migrations` (or
+    /// `<schema>.version()` for a role that may not read that table). Changes nothing and takes no
+    /// lock. A schema whose objects are neither is reported as `None` (and
+    /// [`install`](Self::install) refuses it).
+    ///
+    /// # Errors
+    ///
+    /// Any server error, [`Error::is_connection`] or [`Error::is_protocol`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+    /// match pglease::PG_LEASE.installed(client).await? {
+    ///     Some(found) => println!("pg_lease {} via {:?}", found.version, found.via),
+    ///     None => println!("pg_lease is not installed"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn installed<C: GenericClient>(&self, client: &C) -> Result<Option<Installed>> {
+        Ok(match self.detect(client).await? {
+            State::Extension(version) => Some(Installed {
+                version,
+                via: Via::Extension,
+            }),
+            State::Script(version) => Some(Installed {
+                version,
+                via: Via::Script,
+            }),
+            State::Absent { .. } | State::Unrecorded | State::Foreign(_) => None,
+        })
+    }
+
+    /// The installed extension, if it is installed at exactly this library's
+    /// [`version`](Self::version); an error otherwise.
+    ///
+    /// Checks both the recorded version (`pg_extension` or `<schema>.schema_migrations`) and what
+    /// `<schema>.version()` answers. Call it once per connection (or pool) before relying on the
+    /// calls.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_not_installed`]: the extension is not installed (see
+    ///   [`installed`](Self::installed)).
+    /// - [`Error::is_version_mismatch`]: it is installed at another version
+    ///   ([`Error::found_version`] says which).
+    /// - any server error, [`Error::is_connection`] or [`Error::is_protocol`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+    /// let found = pglease::PG_LEASE.check_version(client).await?;
+    /// assert_eq!(found.version, pglease::PG_LEASE.version);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn check_version<C: GenericClient>(&self, client: &C) -> Result<Installed> {
+        let found = self
+            .installed(client)
+            .await?
+            .ok_or_else(Error::not_installed)?;
+        if found.version != self.version {
+            return Err(Error::version_mismatch(self.version, &found.version));
+        }
+        let answered = self.sql_version(client).await?;
+        if answered != self.version {
+            return Err(Error::version_mismatch(self.version, &answered));
+        }
+        Ok(found)
+    }
+
+    /// Installs the extension at [`version`](Self::version), and first every extension it
+    /// requires, by running their scripts itself, for servers without the extension files; a
+    /// no-op for each that is already installed at that version, by either path.
+    ///
+    /// Runs in one transaction under the advisory locks ([`lock_key`](Self::lock_key)) of the
+    /// extension and its requirements, taken in dependency order, so concurrent installers
+    /// serialise. For each extension it finds one of:
+    ///
+    /// - `CREATE EXTENSION` done: reports it ([`Via::Extension`], whatever its version) and changes
+    ///   nothing;
+    /// - a script install recorded in `<schema>.schema_migrations` at the current version: changes
+    ///   nothing;
+    /// - a script install at an older version: applies the upgrade scripts from there, in order;
+    /// - no schema, or an empty one: creates the schema if needed, creates
+    ///   `<schema>.schema_migrations` (no privileges for `PUBLIC`), runs the install script of the
+    ///   current version and records it.
+    ///
+    /// A script is transformed exactly as `CREATE EXTENSION` transforms it, plus one marker: lines
+    /// starting with `\echo` are dropped, `@extowner@` becomes the current user (quoted with
+    /// `quote_ident`) and `@extschema@` becomes the schema; every statement after a line
+    /// `-- pglease:extension-only` is dropped (through the next line ending with `;`), since it
+    /// needs an extension (`pg_extension_config_dump`). It runs with `search_path` set to
+    /// `<schema>, pg_temp`, as under `CREATE EXTENSION`. The current user owns everything it
+    /// creates; it needs `CREATE` on the database (no superuser). The `SECURITY DEFINER` functions
+    /// run as that role, so install as the role that should own the state, not as each application
+    /// role.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_version_mismatch`]: a script install of a version from which no upgrade
+    ///   scripts lead to the current one (e.g. a newer one).
+    /// - [`Error::is_install`]: the schema exists but holds other objects, or the extension's
+    ///   objects without a record of their version; nothing changed.
+    /// - a server error from running a script, e.g. SQLSTATE `42501` without `CREATE` on the
+    ///   database; the transaction rolled back, nothing changed.
+    /// - [`Error::is_connection`] (outcome unknown: call it again) or [`Error::is_protocol`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> pglease::Result<()> {
+    /// let (mut client, connection) =
+    ///     tokio_postgres::connect("host=db.example user=app dbname=app", tokio_postgres::NoTls).await?;
+    /// tokio::spawn(connection);
+    /// let found = pglease::PG_LEASE.install(&mut client).await?;
+    /// println!("pg_lease {} via {:?}", found.version, found.via);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn install(&'static self, client: &mut Client) -> Result<Installed> {
+        let all = self.with_requirements();
+        let tx = client.transaction().await?;
+        for ext in &all {
+            ext.lock(&tx).await?;
+        }
+        let mut changed = false;
+        let mut last = None;
+        for ext in all {
+            let (found, applied) = ext.install_in(&tx).await?;
+            changed |= applied;
+            last = Some(found);
+        }
+        if changed {
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(last.expect("with_requirements includes the extension itself"))
+    }
+
+    /// [`install`](Self::install)'s work for this one extension, in the installers' transaction
+    /// (locks held): what it found or made, and whether it changed anything.
+    async fn install_in(&self, tx: &Transaction<'_>) -> Result<(Installed, bool)> {
+        let installed = Installed {
+            version: self.version.to_owned(),
+            via: Via::Script,
+        };
+        let schema_exists = match self.detect(tx).await? {
+            State::Extension(version) => {
+                let found = Installed {
+                    version,
+                    via: Via::Extension,
+                };
+                return Ok((found, false));
+            }
+            State::Script(version) if version == self.version => return Ok((installed, false)),
+            State::Script(version) => {
+                let Some(pending) = self.steps_after(Some(&version)) else {
+                    return Err(Error::version_mismatch(self.version, &version));
+                };
+                self.apply(tx, &pending).await?;
+                return Ok((installed, true));
+            }
+            State::Unrecorded => return Err(self.unrecorded()),
+            State::Foreign(objects) => return Err(self.foreign(objects)),
+            State::Absent { schema_exists } => schema_exists,
+        };
+        if !schema_exists {
+            tx.batch_execute(&format!("CREATE SCHEMA {}", self.schema))
+                .await?;
+        }
+        tx.batch_execute(&self.create_migrations()).await?;
+        let steps = self
+            .steps_after(None)
+            .expect("a fresh install always has its script");
+        self.apply(tx, &steps).await?;
+        Ok((installed, true))
+    }
+
+    /// Runs `steps` in the installer's transaction, as `CREATE EXTENSION` would, recording each
+    /// version.
+    async fn apply(&self, tx: &Transaction<'_>, steps: &[&Migration]) -> Result<()> {
+        let row = one_row(
+            tx.query("SELECT pg_catalog.quote_ident(CURRENT_USER::text)", &[])
+                .await?,
+            "quote_ident(current_user)",
+        )?;
+        let extowner: String = get(&row, 0, "quote_ident(current_user)")?;
+        tx.batch_execute(&format!(
+            "SET LOCAL search_path = {}, pg_temp; SET LOCAL client_min_messages = warning",
+            self.schema
+        ))
+        .await?;
+        let record = format!(
+            "INSERT INTO {}.schema_migrations (version) VALUES ($1)",
+            self.schema
+        );
+        for step in steps {
+            tx.batch_execute(&self.transform(step.script, &extowner))
+                .await?;
+            tx.execute(&record, &[&step.to]).await?;
+        }
+        Ok(())
+    }
+
+    /// Installs the extension at [`version`](Self::version) with `CREATE EXTENSION`, and first
+    /// every extension it requires, for servers that have the extension files; a no-op for each
+    /// that is already created at that version (an older one is updated with `ALTER EXTENSION`).
+    ///
+    /// Runs in one transaction under the same advisory locks as [`install`](Self::install). Our
+    /// extensions are trusted: a role with `CREATE` on the database needs no superuser.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_install`]: the server has no extension files for the version (use
+    ///   [`install`](Self::install) instead), or its schema already holds a script install or other
+    ///   objects.
+    /// - a server error from `CREATE EXTENSION`, e.g. SQLSTATE `42501` without `CREATE` on the
+    ///   database.
+    /// - [`Error::is_connection`] (outcome unknown: call it again) or [`Error::is_protocol`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &mut tokio_postgres::Client) -> pglease::Result<()> {
+    /// let found = pglease::PG_LEASE.create_extension(client).await?;
+    /// assert_eq!(found.via, pglease::Via::Extension);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn create_extension(&'static self, client: &mut Client) -> Result<Installed> {
+        let all = self.with_requirements();
+        let tx = client.transaction().await?;
+        for ext in &all {
+            ext.lock(&tx).await?;
+        }
+        let mut changed = false;
+        let mut last = None;
+        for ext in all {
+            let (found, created) = ext.create_in(&tx).await?;
+            changed |= created;
+            last = Some(found);
+        }
+        if changed {
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(last.expect("with_requirements includes the extension itself"))
+    }
+
+    /// [`create_extension`](Self::create_extension)'s work for this one extension, in the
+    /// installers' transaction (locks held): what it found or made, and whether it changed anything.
+    async fn create_in(&self, tx: &Transaction<'_>) -> Result<(Installed, bool)> {
+        match self.detect(tx).await? {
+            State::Extension(version) if version == self.version => {
+                let found = Installed {
+                    version,
+                    via: Via::Extension,
+                };
+                return Ok((found, false));
+            }
+            State::Extension(_) => {
+                tx.batch_execute(&format!(
+                    "ALTER EXTENSION {} UPDATE TO '{}'",
+                    self.name, self.version
+                ))
+                .await?;
+            }
+            State::Script(version) => {
+                return Err(Error::install(format!(
+                    "{} {version} is already installed without the extension \
+                     ({}.schema_migrations); CREATE EXTENSION would collide with it",
+                    self.name, self.schema
+                )));
+            }
+            State::Unrecorded => return Err(self.unrecorded()),
+            State::Foreign(objects) => return Err(self.foreign(objects)),
+            State::Absent { .. } => self.create(tx).await?,
+        }
+        match self.detect(tx).await? {
+            State::Extension(version) => Ok((
+                Installed {
+                    version,
+                    via: Via::Extension,
+                },
+                true,
+            )),
+            other => Err(Error::protocol(format!(
+                "CREATE EXTENSION {} succeeded, but the database then looks like {other:?}",
+                self.name
+            ))),
+        }
+    }
+
+    /// `CREATE EXTENSION <name> VERSION <version>`, after checking the server has the files.
+    async fn create(&self, tx: &Transaction<'_>) -> Result<()> {
+        let available = tx
+            .query(
+                "SELECT FROM pg_catalog.pg_available_extension_versions \
+                  WHERE name = $1 AND version = $2",
+                &[&self.name, &self.version],
+            )
+            .await?;
+        if available.is_empty() {
+            return Err(Error::install(format!(
+                "the server has no extension files for {} {} \
+                 (see pg_available_extension_versions); use the script installer instead",
+                self.name, self.version
+            )));
+        }
+        tx.batch_execute(&format!(
+            "CREATE EXTENSION IF NOT EXISTS {} VERSION '{}'",
+            self.name, self.version
+        ))
+        .await?;
+        Ok(())
+    }
+
+    /// Takes this extension's installer lock for the rest of the transaction.
+    async fn lock<C: GenericClient>(&self, tx: &C) -> Result<()> {
+        tx.execute(
+            "SELECT pg_catalog.pg_advisory_xact_lock($1)",
+            &[&self.lock_key],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// What the database holds of this extension.
+    async fn detect<C: GenericClient>(&self, client: &C) -> Result<State> {
+        let call = format!("detecting {}", self.name);
+        // Our names are plain lower-case identifiers (a unit test checks it): no quoting needed.
+        let detect = format!(
+            "SELECT (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = '{name}'),
+                    n.oid IS NOT NULL,
+                    pg_catalog.to_regclass('{schema}.schema_migrations') IS NOT NULL,
+                    pg_catalog.to_regprocedure('{schema}.version()') IS NOT NULL,
+                    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_depend AS d
+                      WHERE d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                        AND d.refobjid = n.oid
+                        AND d.classid <> 'pg_catalog.pg_default_acl'::pg_catalog.regclass)
+               FROM (VALUES (1)) AS one (x)
+               LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = '{schema}'",
+            name = self.name,
+            schema = self.schema,
+        );
+        let row = one_row(client.query_typed(&detect, &[]).await?, &call)?;
+        let extension: Option<String> = get(&row, 0, &call)?;
+        let schema_exists: bool = get(&row, 1, &call)?;
+        let has_migrations: bool = get(&row, 2, &call)?;
+        let has_objects: bool = get(&row, 3, &call)?;
+        let objects: Option<i64> = get(&row, 4, &call)?;
+        let objects = objects.unwrap_or(0);
+
+        if let Some(version) = extension {
+            return Ok(State::Extension(version));
+        }
+        if has_migrations {
+            let version = if self.readable_migrations(client).await? {
+                let latest = format!(
+                    "SELECT version FROM {}.schema_migrations \
+                     ORDER BY applied_at DESC, version DESC LIMIT 1",
+                    self.schema
+                );
+                let rows = client.query_typed(&latest, &[]).await?;
+                match rows.first() {
+                    Some(row) => Some(get::<String>(row, 0, "schema_migrations")?),
+                    None => None,
+                }
+            } else {
+                Some(self.sql_version(client).await?)
+            };
+            return Ok(version.map_or(State::Unrecorded, State::Script));
+        }
+        Ok(if has_objects {
+            State::Unrecorded
+        } else if objects > 0 {
+            State::Foreign(objects)
+        } else {
+            State::Absent { schema_exists }
+        })
+    }
+
+    /// Whether the current role may read `<schema>.schema_migrations` (which exists).
+    async fn readable_migrations<C: GenericClient>(&self, client: &C) -> Result<bool> {
+        let sql = format!(
+            "SELECT pg_catalog.has_table_privilege('{}.schema_migrations', 'SELECT')",
+            self.schema
+        );
+        let row = one_row(client.query_typed(&sql, &[]).await?, "has_table_privilege")?;
+        get(&row, 0, "has_table_privilege")
+    }
+
+    /// What `<schema>.version()` answers.
+    async fn sql_version<C: GenericClient>(&self, client: &C) -> Result<String> {
+        let sql = format!("SELECT {}.version()", self.schema);
+        let row = one_row(client.query_typed(&sql, &[]).await?, "version()")?;
+        let version: Option<String> = get(&row, 0, "version()")?;
+        version.ok_or_else(|| Error::protocol(format!("{}.version() returned NULL", self.schema)))
+    }
+
+    /// The table in which the script installer records the versions it applied.
+    fn create_migrations(&self) -> String {
+        format!(
+            "CREATE TABLE {schema}.schema_migrations (
+                 version    text PRIMARY KEY,
+                 applied_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+                 applied_by name NOT NULL DEFAULT CURRENT_USER
+             );
+             COMMENT ON TABLE {schema}.schema_migrations IS
+                 '{name} versions applied by the pglease installer (databases without the extension files)';
+             REVOKE ALL ON TABLE {schema}.schema_migrations FROM PUBLIC;",
+            schema = self.schema,
+            name = self.name,
+        )
+    }
+
+    fn unrecorded(&self) -> Error {
+        Error::install(format!(
+            "schema \"{}\" holds {} objects but no record of their version (neither \
+             CREATE EXTENSION nor a {}.schema_migrations row); refusing to touch it",
+            self.schema, self.name, self.schema
+        ))
+    }
+
+    fn foreign(&self, objects: i64) -> Error {
+        Error::install(format!(
+            "schema \"{}\" already exists and holds {objects} object(s) that are not {}'s; \
+             {} needs the schema to itself and installs only into an empty or missing one",
+            self.schema, self.name, self.name
+        ))
+    }
+
+    /// `script` as the script installer runs it: `\echo` lines and the statements after
+    /// `-- pglease:extension-only` dropped, `@extowner@` and `@extschema@` substituted.
+    ///
+    /// `extowner` must already be a quoted identifier (`quote_ident(current_user)`).
+    fn transform(&self, script: &str, extowner: &str) -> String {
+        let mut out = String::with_capacity(script.len());
+        let mut skipping = false;
+        for line in script.split_inclusive('\n') {
+            let content = line.trim_end();
+            if skipping {
+                skipping = !content.ends_with(';');
+            } else if content.trim_start() == EXTENSION_ONLY {
+                skipping = true;
+            } else if !line.starts_with("\\echo") {
+                out.push_str(line);
+            }
+        }
+        out.replace("@extowner@", extowner)
+            .replace("@extschema@", self.schema)
+    }
+}
+
+/// pg_lease as found installed in a database, if any: [`PG_LEASE`]`.`[`installed`](Extension::installed).
 ///
 /// # Errors
 ///
@@ -213,24 +769,11 @@ REVOKE ALL ON TABLE lease.schema_migrations FROM PUBLIC;";
 /// # }
 /// ```
 pub async fn installed<C: GenericClient>(client: &C) -> Result<Option<Installed>> {
-    Ok(match detect(client).await? {
-        State::Extension(version) => Some(Installed {
-            version,
-            via: Via::Extension,
-        }),
-        State::Script(version) => Some(Installed {
-            version,
-            via: Via::Script,
-        }),
-        State::Absent { .. } | State::Unrecorded | State::Foreign(_) => None,
-    })
+    PG_LEASE.installed(client).await
 }
 
-/// The installed pg_lease, if it is installed at exactly this library's [`VERSION`]; an error
-/// otherwise.
-///
-/// Checks both the recorded version (`pg_extension` or `lease.schema_migrations`) and what
-/// `lease.version()` answers. Call it once per connection (or pool) before relying on the calls.
+/// pg_lease, if it is installed at exactly [`VERSION`]; an error otherwise:
+/// [`PG_LEASE`]`.`[`check_version`](Extension::check_version).
 ///
 /// # Errors
 ///
@@ -249,49 +792,15 @@ pub async fn installed<C: GenericClient>(client: &C) -> Result<Option<Installed>
 /// # }
 /// ```
 pub async fn check_version<C: GenericClient>(client: &C) -> Result<Installed> {
-    let found = installed(client).await?.ok_or_else(Error::not_installed)?;
-    if found.version != VERSION {
-        return Err(Error::version_mismatch(VERSION, &found.version));
-    }
-    let answered = sql_version(client).await?;
-    if answered != VERSION {
-        return Err(Error::version_mismatch(VERSION, &answered));
-    }
-    Ok(found)
+    PG_LEASE.check_version(client).await
 }
 
-/// Installs pg_lease [`VERSION`] by running the [`MIGRATIONS`] chain itself, for servers without the
-/// extension files; a no-op if it is already installed at that version, by either path.
-///
-/// Runs in one transaction under the advisory lock [`LOCK_KEY`], so concurrent installers
-/// serialise. It finds one of:
-///
-/// - `CREATE EXTENSION pg_lease` done: reports it ([`Via::Extension`], whatever its version) and
-///   changes nothing;
-/// - a script install recorded in `lease.schema_migrations` at [`VERSION`]: changes nothing;
-/// - a script install at an older version of the chain: applies the remaining upgrade scripts;
-/// - no schema `lease`, or an empty one: creates the schema if needed, creates
-///   `lease.schema_migrations` (no privileges for `PUBLIC`), runs every script of the chain and
-///   records each version in it.
-///
-/// The script is transformed exactly as `CREATE EXTENSION` transforms it, plus one marker: lines
-/// starting with `\echo` are dropped, `@extowner@` becomes the current user (quoted with
-/// `quote_ident`) and `@extschema@` becomes `lease`; every statement after a line
-/// `-- pglease:extension-only` is dropped (through the next line ending with `;`), since it needs an
-/// extension (`pg_extension_config_dump`). It runs with `search_path` set to `lease, pg_temp`, as
-/// under `CREATE EXTENSION`. The current user owns everything it creates; it needs `CREATE` on the
-/// database (no superuser). The `SECURITY DEFINER` functions run as that role, so install as the role
-/// that should own the lease state, not as each application role.
+/// Installs pg_lease [`VERSION`] without the extension files:
+/// [`PG_LEASE`]`.`[`install`](Extension::install) (see there for what it does and its errors).
 ///
 /// # Errors
 ///
-/// - [`Error::is_version_mismatch`]: a script install of another version (there are no upgrade
-///   scripts yet).
-/// - [`Error::is_install`]: schema `lease` exists but holds other objects, or pg_lease objects
-///   without a record of their version; nothing changed.
-/// - a server error from running the script, e.g. SQLSTATE `42501` without `CREATE` on the
-///   database; the transaction rolled back, nothing changed.
-/// - [`Error::is_connection`] (outcome unknown: call it again) or [`Error::is_protocol`].
+/// As [`Extension::install`].
 ///
 /// # Examples
 ///
@@ -306,99 +815,15 @@ pub async fn check_version<C: GenericClient>(client: &C) -> Result<Installed> {
 /// # }
 /// ```
 pub async fn install(client: &mut Client) -> Result<Installed> {
-    let tx = client.transaction().await?;
-    lock(&tx).await?;
-    let schema_exists = match detect(&tx).await? {
-        State::Extension(version) => {
-            tx.rollback().await?;
-            return Ok(Installed {
-                version,
-                via: Via::Extension,
-            });
-        }
-        State::Script(version) if version == VERSION => {
-            tx.rollback().await?;
-            return Ok(Installed {
-                version,
-                via: Via::Script,
-            });
-        }
-        State::Script(version) => {
-            let Some(pending) = steps_after(Some(&version)) else {
-                return Err(Error::version_mismatch(VERSION, &version));
-            };
-            apply(&tx, pending).await?;
-            tx.commit().await?;
-            return Ok(Installed {
-                version: VERSION.to_owned(),
-                via: Via::Script,
-            });
-        }
-        State::Unrecorded => return Err(unrecorded()),
-        State::Foreign(objects) => return Err(foreign(objects)),
-        State::Absent { schema_exists } => schema_exists,
-    };
-
-    if !schema_exists {
-        tx.batch_execute("CREATE SCHEMA lease").await?;
-    }
-    tx.batch_execute(CREATE_MIGRATIONS).await?;
-    apply(&tx, MIGRATIONS).await?;
-    tx.commit().await?;
-    Ok(Installed {
-        version: VERSION.to_owned(),
-        via: Via::Script,
-    })
+    PG_LEASE.install(client).await
 }
 
-/// The steps that lead from `version` (`None`: nothing installed) to [`VERSION`], or `None` if the
-/// chain does not pass through `version`.
-fn steps_after(version: Option<&str>) -> Option<&'static [Migration]> {
-    match version {
-        None => Some(MIGRATIONS),
-        Some(v) => MIGRATIONS
-            .iter()
-            .position(|m| m.to == v)
-            .map(|i| &MIGRATIONS[i + 1..]),
-    }
-}
-
-/// Runs `steps` in the installer's transaction, as `CREATE EXTENSION` would, recording each version.
-async fn apply(tx: &tokio_postgres::Transaction<'_>, steps: &[Migration]) -> Result<()> {
-    let row = one_row(
-        tx.query("SELECT pg_catalog.quote_ident(CURRENT_USER::text)", &[])
-            .await?,
-        "quote_ident(current_user)",
-    )?;
-    let extowner: String = get(&row, 0, "quote_ident(current_user)")?;
-    tx.batch_execute(
-        "SET LOCAL search_path = lease, pg_temp; SET LOCAL client_min_messages = warning",
-    )
-    .await?;
-    for step in steps {
-        tx.batch_execute(&transform(step.script, &extowner)).await?;
-        tx.execute(
-            "INSERT INTO lease.schema_migrations (version) VALUES ($1)",
-            &[&step.to],
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-/// Installs pg_lease [`VERSION`] with `CREATE EXTENSION`, for servers that have the extension files;
-/// a no-op if the extension is already created.
-///
-/// Runs in one transaction under the same advisory lock as [`install()`]. An extension that already
-/// exists is reported at whatever version it has (use [`check_version`] to insist on [`VERSION`]).
-/// `pg_lease` is a trusted extension: a role with `CREATE` on the database needs no superuser.
+/// Installs pg_lease [`VERSION`] with `CREATE EXTENSION`:
+/// [`PG_LEASE`]`.`[`create_extension`](Extension::create_extension).
 ///
 /// # Errors
 ///
-/// - [`Error::is_install`]: the server has no extension files for pg_lease [`VERSION`] (use
-///   [`install()`] instead), or schema `lease` already holds a script install or other objects.
-/// - a server error from `CREATE EXTENSION`, e.g. SQLSTATE `42501` without `CREATE` on the database.
-/// - [`Error::is_connection`] (outcome unknown: call it again) or [`Error::is_protocol`].
+/// As [`Extension::create_extension`].
 ///
 /// # Examples
 ///
@@ -410,167 +835,24 @@ async fn apply(tx: &tokio_postgres::Transaction<'_>, steps: &[Migration]) -> Res
 /// # }
 /// ```
 pub async fn create_extension(client: &mut Client) -> Result<Installed> {
-    let tx = client.transaction().await?;
-    lock(&tx).await?;
-    match detect(&tx).await? {
-        State::Extension(version) if version == VERSION => {
-            tx.rollback().await?;
-            return Ok(Installed {
-                version,
-                via: Via::Extension,
-            });
-        }
-        State::Extension(_) => {
-            tx.batch_execute(&format!("ALTER EXTENSION pg_lease UPDATE TO '{VERSION}'"))
-                .await?;
-        }
-        State::Script(version) => {
-            return Err(Error::install(format!(
-                "pg_lease {version} is already installed without the extension \
-                 (lease.schema_migrations); CREATE EXTENSION would collide with it"
-            )));
-        }
-        State::Unrecorded => return Err(unrecorded()),
-        State::Foreign(objects) => return Err(foreign(objects)),
-        State::Absent { .. } => {
-            create(&tx).await?;
-        }
-    }
-    let version = match detect(&tx).await? {
-        State::Extension(version) => version,
-        other => {
-            return Err(Error::protocol(format!(
-                "CREATE EXTENSION pg_lease succeeded, but the database then looks like {other:?}"
-            )));
-        }
-    };
-    tx.commit().await?;
-    Ok(Installed {
-        version,
-        via: Via::Extension,
-    })
-}
-
-/// `CREATE EXTENSION pg_lease VERSION` [`VERSION`], after checking the server has the files.
-async fn create(tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
-    let available = tx
-        .query(
-            "SELECT FROM pg_catalog.pg_available_extension_versions \
-              WHERE name = 'pg_lease' AND version = $1",
-            &[&VERSION],
-        )
-        .await?;
-    if available.is_empty() {
-        return Err(Error::install(format!(
-            "the server has no extension files for pg_lease {VERSION} \
-             (see pg_available_extension_versions); use the script installer instead"
-        )));
-    }
-    tx.batch_execute(&format!(
-        "CREATE EXTENSION IF NOT EXISTS pg_lease VERSION '{VERSION}'"
-    ))
-    .await?;
-    Ok(())
-}
-
-/// Takes the installers' advisory lock for the rest of the transaction.
-async fn lock<C: GenericClient>(tx: &C) -> Result<()> {
-    tx.execute("SELECT pg_catalog.pg_advisory_xact_lock($1)", &[&LOCK_KEY])
-        .await?;
-    Ok(())
-}
-
-/// What the database holds.
-async fn detect<C: GenericClient>(client: &C) -> Result<State> {
-    const CALL: &str = "detecting pg_lease";
-    let row = one_row(client.query_typed(DETECT, &[]).await?, CALL)?;
-    let extension: Option<String> = get(&row, 0, CALL)?;
-    let schema_exists: bool = get(&row, 1, CALL)?;
-    let has_migrations: bool = get(&row, 2, CALL)?;
-    let has_objects: bool = get(&row, 3, CALL)?;
-    let objects: Option<i64> = get(&row, 4, CALL)?;
-    let objects = objects.unwrap_or(0);
-
-    if let Some(version) = extension {
-        return Ok(State::Extension(version));
-    }
-    if has_migrations {
-        let version = if readable_migrations(client).await? {
-            let rows = client.query_typed(MIGRATIONS_LATEST, &[]).await?;
-            match rows.first() {
-                Some(row) => Some(get::<String>(row, 0, "lease.schema_migrations")?),
-                None => None,
-            }
-        } else {
-            Some(sql_version(client).await?)
-        };
-        return Ok(version.map_or(State::Unrecorded, State::Script));
-    }
-    Ok(if has_objects {
-        State::Unrecorded
-    } else if objects > 0 {
-        State::Foreign(objects)
-    } else {
-        State::Absent { schema_exists }
-    })
-}
-
-/// Whether the current role may read `lease.schema_migrations` (which exists).
-async fn readable_migrations<C: GenericClient>(client: &C) -> Result<bool> {
-    let row = one_row(
-        client.query_typed(MIGRATIONS_READABLE, &[]).await?,
-        "has_table_privilege",
-    )?;
-    get(&row, 0, "has_table_privilege")
-}
-
-/// What `lease.version()` answers.
-async fn sql_version<C: GenericClient>(client: &C) -> Result<String> {
-    let row = one_row(client.query_typed(SQL_VERSION, &[]).await?, "lease.version")?;
-    let version: Option<String> = get(&row, 0, "lease.version")?;
-    version.ok_or_else(|| Error::protocol("lease.version() returned NULL"))
-}
-
-fn unrecorded() -> Error {
-    Error::install(format!(
-        "schema \"{SCHEMA}\" holds pg_lease objects but no record of their version (neither \
-         CREATE EXTENSION nor a lease.schema_migrations row); refusing to touch it"
-    ))
-}
-
-fn foreign(objects: i64) -> Error {
-    Error::install(format!(
-        "schema \"{SCHEMA}\" already exists and holds {objects} object(s) that are not pg_lease's; \
-         pg_lease needs the schema to itself and installs only into an empty or missing one"
-    ))
-}
-
-/// `script` as the script installer runs it: `\echo` lines and the statements after
-/// `-- pglease:extension-only` dropped, `@extowner@` and `@extschema@` substituted.
-///
-/// `extowner` must already be a quoted identifier (`quote_ident(current_user)`).
-fn transform(script: &str, extowner: &str) -> String {
-    let mut out = String::with_capacity(script.len());
-    let mut skipping = false;
-    for line in script.split_inclusive('\n') {
-        let content = line.trim_end();
-        if skipping {
-            skipping = !content.ends_with(';');
-        } else if content.trim_start() == EXTENSION_ONLY {
-            skipping = true;
-        } else if !line.starts_with("\\echo") {
-            out.push_str(line);
-        }
-    }
-    out.replace("@extowner@", extowner)
-        .replace("@extschema@", SCHEMA)
+    PG_LEASE.create_extension(client).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SCRIPT: &str = MIGRATIONS[0].script;
+    /// The install script of the current version.
+    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.3.0.sql");
+
+    fn transform(script: &str, extowner: &str) -> String {
+        PG_LEASE.transform(script, extowner)
+    }
+
+    #[test]
+    fn the_script_under_test_is_the_install_script() {
+        assert_eq!(SCRIPT, PG_LEASE.install_script().script);
+    }
 
     #[test]
     fn transformed_script_has_no_extension_only_parts() {
@@ -578,7 +860,15 @@ mod tests {
         assert!(!out.contains("pg_extension_config_dump("));
         assert!(!out.lines().any(|l| l.starts_with("\\echo")));
         assert!(!out.contains("\\quit"));
-        assert!(!out.contains('@'), "an unsubstituted @...@ remains");
+        // (The script uses the operator `<@`; a placeholder is `@word@`.)
+        let placeholder = out.match_indices('@').any(|(at, _)| {
+            let word: String = out[at + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            !word.is_empty() && out[at + 1 + word.len()..].starts_with('@')
+        });
+        assert!(!placeholder, "an unsubstituted @...@ remains");
         assert!(!out.lines().any(|l| l.trim() == EXTENSION_ONLY));
         assert!(out.contains(
             "GRANT EXECUTE ON FUNCTION lease.purge(interval) TO \"Some Role\" WITH GRANT OPTION;"
@@ -627,55 +917,141 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_chain_is_linear_and_ends_at_the_control_files_version() {
-        assert_eq!(MIGRATIONS[0].from, None);
-        for pair in MIGRATIONS.windows(2) {
-            assert_eq!(
-                pair[1].from,
-                Some(pair[0].to),
-                "each step starts where the last ended"
-            );
-        }
-        let last = MIGRATIONS.last().unwrap();
-        assert_eq!(last.to, VERSION);
-        for m in MIGRATIONS {
-            let expected = match m.from {
-                None => format!("pg_lease--{}.sql", m.to),
-                Some(from) => format!("pg_lease--{from}--{}.sql", m.to),
-            };
-            assert_eq!(m.file, expected);
-            assert!(
-                m.script.contains(&format!("SELECT '{}'::text", m.to)),
-                "{} sets lease.version()",
-                m.file
-            );
-        }
-        assert!(CONTROL.contains(&format!("default_version = '{VERSION}'")));
-        assert!(CONTROL.contains(&format!("schema = {SCHEMA}")));
+    /// The directory of an extension's files in this repository.
+    fn dir_of(ext: &Extension) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../extensions")
+            .join(ext.name)
     }
 
     #[test]
-    fn every_script_in_extension_sql_is_in_the_chain() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extensions/pg_lease/sql");
-        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.ends_with(".sql"))
-            .collect();
-        on_disk.sort();
-        let mut chained: Vec<String> = MIGRATIONS.iter().map(|m| m.file.to_owned()).collect();
-        chained.sort();
-        assert_eq!(on_disk, chained);
+    fn the_chain_is_linear_and_ends_at_the_control_files_version() {
+        for ext in EXTENSIONS {
+            let upgrades: Vec<&Migration> =
+                ext.scripts.iter().filter(|m| m.from.is_some()).collect();
+            for pair in upgrades.windows(2) {
+                assert_eq!(
+                    pair[1].from,
+                    Some(pair[0].to),
+                    "each step starts where the last ended"
+                );
+            }
+            let first = ext.scripts[0];
+            assert_eq!(first.from, None, "{}: the first script installs", ext.name);
+            if let Some(first_upgrade) = upgrades.first() {
+                assert_eq!(first_upgrade.from, Some(first.to));
+                assert_eq!(upgrades.last().unwrap().to, ext.version);
+            }
+            assert_eq!(ext.install_script().to, ext.version);
+            for m in ext.scripts {
+                let expected = match m.from {
+                    None => format!("{}--{}.sql", ext.name, m.to),
+                    Some(from) => format!("{}--{from}--{}.sql", ext.name, m.to),
+                };
+                assert_eq!(m.file, expected);
+                assert!(
+                    m.script.contains(&format!("SELECT '{}'::text", m.to)),
+                    "{} sets {}.version()",
+                    m.file,
+                    ext.schema
+                );
+            }
+            assert!(
+                ext.control
+                    .contains(&format!("default_version = '{}'", ext.version))
+            );
+            assert!(ext.control.contains(&format!("schema = {}", ext.schema)));
+            let requires: Vec<&str> = ext.requires.iter().map(|r| r.name).collect();
+            let declared = ext
+                .control
+                .lines()
+                .find_map(|l| l.strip_prefix("requires = "))
+                .map(|v| v.trim_matches('\'').split(',').map(str::trim).collect())
+                .unwrap_or_else(Vec::new);
+            assert_eq!(requires, declared, "{}: requires", ext.name);
+        }
+    }
+
+    #[test]
+    fn every_script_in_the_sql_directory_is_embedded() {
+        for ext in EXTENSIONS {
+            let mut on_disk: Vec<String> = std::fs::read_dir(dir_of(ext).join("sql"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.starts_with(&format!("{}--", ext.name)) && n.ends_with(".sql"))
+                .collect();
+            on_disk.sort();
+            let mut embedded: Vec<String> = ext.scripts.iter().map(|m| m.file.to_owned()).collect();
+            embedded.sort();
+            assert_eq!(on_disk, embedded, "{}", ext.name);
+        }
+    }
+
+    #[test]
+    fn the_install_script_of_the_current_version_is_the_current_source() {
+        for ext in EXTENSIONS {
+            let source = dir_of(ext).join(format!("sql/{}.sql", ext.name));
+            let source = std::fs::read_to_string(&source)
+                .unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+            assert!(
+                source == ext.install_script().script,
+                "{} differs from sql/{}.sql: run `make -C extensions/{}` and commit the result",
+                ext.install_script().file,
+                ext.name,
+                ext.name
+            );
+        }
     }
 
     #[test]
     fn steps_after_a_version_are_the_rest_of_the_chain() {
-        assert_eq!(steps_after(None).unwrap().len(), MIGRATIONS.len());
-        assert_eq!(steps_after(Some(VERSION)).unwrap().len(), 0);
-        assert_eq!(steps_after(Some("0.1.0")).unwrap()[0].to, "0.2.0");
-        assert_eq!(steps_after(Some("0.2.0")).unwrap()[0].to, "0.3.0");
-        assert!(steps_after(Some("9.9.9")).is_none());
+        let files = |v: Option<&str>| -> Option<Vec<&str>> {
+            PG_LEASE
+                .steps_after(v)
+                .map(|s| s.iter().map(|m| m.file).collect())
+        };
+        assert_eq!(files(None).unwrap(), ["pg_lease--0.3.0.sql"]);
+        assert!(files(Some(VERSION)).unwrap().is_empty());
+        assert_eq!(
+            files(Some("0.1.0")).unwrap(),
+            ["pg_lease--0.1.0--0.2.0.sql", "pg_lease--0.2.0--0.3.0.sql"]
+        );
+        assert_eq!(
+            files(Some("0.2.0")).unwrap(),
+            ["pg_lease--0.2.0--0.3.0.sql"]
+        );
+        assert!(files(Some("9.9.9")).is_none());
+        assert_eq!(PG_LEASE.versions(), ["0.1.0", "0.2.0", "0.3.0"]);
+    }
+
+    #[test]
+    fn names_are_plain_identifiers_and_lock_keys_distinct() {
+        for ext in EXTENSIONS {
+            for name in [ext.name, ext.schema] {
+                assert!(
+                    !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit()),
+                    "{name} needs no quoting"
+                );
+            }
+            let same_key = EXTENSIONS
+                .iter()
+                .filter(|e| e.lock_key == ext.lock_key)
+                .count();
+            assert_eq!(same_key, 1, "{}: its own lock key", ext.name);
+        }
+    }
+
+    #[test]
+    fn requirements_come_first() {
+        let order: Vec<&str> = PG_LEASE
+            .with_requirements()
+            .iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(order, ["pg_lease"]);
     }
 
     #[test]

@@ -104,8 +104,8 @@ pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
 pub use fence::Fence;
 pub use install::{
-    CONTROL, Installed, LOCK_KEY, MIGRATIONS, Migration, VERSION, Via, check_version,
-    create_extension, install, installed,
+    CONTROL, EXTENSIONS, Extension, Installed, LOCK_KEY, MIGRATIONS, Migration, PG_LEASE, VERSION,
+    Via, check_version, create_extension, install, installed,
 };
 pub use lease::{Lease, LeaseGuard, LostReason};
 
