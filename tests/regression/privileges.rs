@@ -34,7 +34,7 @@ async fn application_role_cannot_call_internal_helpers() {
 }
 
 #[tokio::test]
-async fn installing_role_is_not_a_superuser_and_cannot_read_the_tables_either() {
+async fn installing_role_is_not_a_superuser_and_may_only_read_and_append_the_tables() {
     let s = server();
     let admin = s.connect_as(SHARED_DB, ADMIN).await;
     let is_super: bool = admin
@@ -46,12 +46,25 @@ async fn installing_role_is_not_a_superuser_and_cannot_read_the_tables_either() 
         .unwrap()
         .get(0);
     assert!(!is_super);
-    assert_eq!(
-        expect_error(&admin, "SELECT * FROM lease.leases")
+    // Reading (pg_dump) and appending (restoring a dump) are the installing role's; changing or
+    // removing what is there is nobody's but the functions'.
+    for (table, column) in [("lease.leases", "epoch"), ("lease.epoch_floor", "floor")] {
+        admin
+            .batch_execute(&format!("SELECT * FROM {table} LIMIT 1"))
             .await
-            .code,
-        "42501"
-    );
+            .unwrap();
+        for change in [
+            format!("UPDATE {table} SET {column} = {column}"),
+            format!("DELETE FROM {table}"),
+            format!("TRUNCATE {table}"),
+        ] {
+            assert_eq!(
+                expect_error(&admin, &change).await.code,
+                "42501",
+                "{change}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

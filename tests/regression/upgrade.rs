@@ -12,10 +12,17 @@ use crate::{grant, inspect, release, renew};
 /// (`pg_extension_config_dump`). So the full install script and the upgrade chain cannot drift.
 async fn api_of(db: &str) -> Vec<String> {
     let c = server().connect_super(db).await;
+    // Privileges compare as sets: the order of an ACL's items depends on the order of the grants.
+    c.batch_execute(
+        "CREATE FUNCTION pg_temp.sorted_acl(acl aclitem[]) RETURNS text LANGUAGE sql AS
+             $$ SELECT array_agg(a::text ORDER BY a::text)::text FROM unnest(acl) AS a $$",
+    )
+    .await
+    .unwrap();
     c.query(
         "SELECT format('%s(%s) -> %s %s secdef=%s config=%s acl=%s body=%s', p.proname,
                       pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
-                      p.provolatile, p.prosecdef, p.proconfig, p.proacl, md5(p.prosrc))
+                      p.provolatile, p.prosecdef, p.proconfig, pg_temp.sorted_acl(p.proacl), md5(p.prosrc))
            FROM pg_proc p WHERE p.pronamespace = 'lease'::regnamespace
          UNION ALL
          SELECT format('%s.%s %s notnull=%s default=%s', c.relname, a.attname,
@@ -33,11 +40,11 @@ async fn api_of(db: &str) -> Vec<String> {
           WHERE c.relnamespace = 'lease'::regnamespace
          UNION ALL
          SELECT format('%s kind=%s options=%s acl=%s comment=%s', c.relname, c.relkind, c.reloptions,
-                       c.relacl, obj_description(c.oid, 'pg_class'))
+                       pg_temp.sorted_acl(c.relacl), obj_description(c.oid, 'pg_class'))
            FROM pg_class c
           WHERE c.relnamespace = 'lease'::regnamespace
          UNION ALL
-         SELECT format('schema lease acl=%s', n.nspacl)
+         SELECT format('schema lease acl=%s', pg_temp.sorted_acl(n.nspacl))
            FROM pg_namespace n WHERE n.nspname = 'lease'
          UNION ALL
          SELECT format('dumped %s where=%s', cfg.rel::regclass, cfg.cond)

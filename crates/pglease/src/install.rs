@@ -83,7 +83,7 @@ pub struct Extension {
 pub const PG_LEASE: Extension = Extension {
     name: "pg_lease",
     schema: "lease",
-    version: "0.3.0",
+    version: "0.4.0",
     control: include_str!("../../../extensions/pg_lease/pg_lease.control"),
     requires: &[],
     lock_key: i64::from_be_bytes(*b"pg_lease"),
@@ -107,10 +107,16 @@ pub const PG_LEASE: Extension = Extension {
             script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.2.0--0.3.0.sql"),
         },
         Migration {
+            from: Some("0.3.0"),
+            to: "0.4.0",
+            file: "pg_lease--0.3.0--0.4.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.3.0--0.4.0.sql"),
+        },
+        Migration {
             from: None,
-            to: "0.3.0",
-            file: "pg_lease--0.3.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.3.0.sql"),
+            to: "0.4.0",
+            file: "pg_lease--0.4.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.4.0.sql"),
         },
     ],
 };
@@ -151,7 +157,7 @@ pub const CONTROL: &str = PG_LEASE.control;
 /// # Examples
 ///
 /// ```
-/// assert_eq!(pglease::VERSION, "0.3.0");
+/// assert_eq!(pglease::VERSION, "0.4.0");
 /// ```
 pub const VERSION: &str = PG_LEASE.version;
 
@@ -378,9 +384,9 @@ impl Extension {
     /// - a script install recorded in `<schema>.schema_migrations` at the current version: changes
     ///   nothing;
     /// - a script install at an older version: applies the upgrade scripts from there, in order;
-    /// - no schema, or an empty one: creates the schema if needed, creates
-    ///   `<schema>.schema_migrations` (no privileges for `PUBLIC`), runs the install script of the
-    ///   current version and records it.
+    /// - no schema, or an empty one: creates the schema if needed, runs the install script of the
+    ///   current version, creates `<schema>.schema_migrations` (no privileges for `PUBLIC`) and
+    ///   records the version in it.
     ///
     /// A script is transformed exactly as `CREATE EXTENSION` transforms it, plus one marker: lines
     /// starting with `\echo` are dropped, `@extowner@` becomes the current user (quoted with
@@ -455,7 +461,7 @@ impl Extension {
                 let Some(pending) = self.steps_after(Some(&version)) else {
                     return Err(Error::version_mismatch(self.version, &version));
                 };
-                self.apply(tx, &pending).await?;
+                self.apply(tx, &pending, false).await?;
                 return Ok((installed, true));
             }
             State::Unrecorded => return Err(self.unrecorded()),
@@ -466,17 +472,17 @@ impl Extension {
             tx.batch_execute(&format!("CREATE SCHEMA {}", self.schema))
                 .await?;
         }
-        tx.batch_execute(&self.create_migrations()).await?;
+        // The install script requires an empty schema: the bookkeeping table comes after it.
         let steps = self
             .steps_after(None)
             .expect("a fresh install always has its script");
-        self.apply(tx, &steps).await?;
+        self.apply(tx, &steps, true).await?;
         Ok((installed, true))
     }
 
     /// Runs `steps` in the installer's transaction, as `CREATE EXTENSION` would, recording each
-    /// version.
-    async fn apply(&self, tx: &Transaction<'_>, steps: &[&Migration]) -> Result<()> {
+    /// version (in `<schema>.schema_migrations`, created after the first step if `fresh`).
+    async fn apply(&self, tx: &Transaction<'_>, steps: &[&Migration], fresh: bool) -> Result<()> {
         let row = one_row(
             tx.query("SELECT pg_catalog.quote_ident(CURRENT_USER::text)", &[])
                 .await?,
@@ -492,9 +498,12 @@ impl Extension {
             "INSERT INTO {}.schema_migrations (version) VALUES ($1)",
             self.schema
         );
-        for step in steps {
+        for (i, step) in steps.iter().enumerate() {
             tx.batch_execute(&self.transform(step.script, &extowner))
                 .await?;
+            if fresh && i == 0 {
+                tx.batch_execute(&self.create_migrations()).await?;
+            }
             tx.execute(&record, &[&step.to]).await?;
         }
         Ok(())
@@ -843,7 +852,7 @@ mod tests {
     use super::*;
 
     /// The install script of the current version.
-    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.3.0.sql");
+    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.4.0.sql");
 
     fn transform(script: &str, extowner: &str) -> String {
         PG_LEASE.transform(script, extowner)
@@ -1010,18 +1019,22 @@ mod tests {
                 .steps_after(v)
                 .map(|s| s.iter().map(|m| m.file).collect())
         };
-        assert_eq!(files(None).unwrap(), ["pg_lease--0.3.0.sql"]);
+        assert_eq!(files(None).unwrap(), ["pg_lease--0.4.0.sql"]);
         assert!(files(Some(VERSION)).unwrap().is_empty());
         assert_eq!(
             files(Some("0.1.0")).unwrap(),
-            ["pg_lease--0.1.0--0.2.0.sql", "pg_lease--0.2.0--0.3.0.sql"]
+            [
+                "pg_lease--0.1.0--0.2.0.sql",
+                "pg_lease--0.2.0--0.3.0.sql",
+                "pg_lease--0.3.0--0.4.0.sql"
+            ]
         );
         assert_eq!(
-            files(Some("0.2.0")).unwrap(),
-            ["pg_lease--0.2.0--0.3.0.sql"]
+            files(Some("0.3.0")).unwrap(),
+            ["pg_lease--0.3.0--0.4.0.sql"]
         );
         assert!(files(Some("9.9.9")).is_none());
-        assert_eq!(PG_LEASE.versions(), ["0.1.0", "0.2.0", "0.3.0"]);
+        assert_eq!(PG_LEASE.versions(), ["0.1.0", "0.2.0", "0.3.0", "0.4.0"]);
     }
 
     #[test]

@@ -40,6 +40,17 @@ pub const INVALID_INPUT: &str = "22023";
 /// ```
 pub const WAIT_TIMEOUT: &str = "57014";
 
+/// `55000` (`object_not_in_prerequisite_state`): installing or updating pg_lease refused because
+/// schema `lease` is not fit for it: it is not empty (a fresh install), holds objects that are not
+/// pg_lease's, or is not the extension's schema (an update). Nothing changed.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::SCHEMA_NOT_CLEAN, "55000");
+/// ```
+pub const SCHEMA_NOT_CLEAN: &str = "55000";
+
 /// `LE001`: `lease.fence` — the caller does not hold the key (unknown, free, or another owner's).
 ///
 /// # Examples
@@ -88,6 +99,12 @@ pub const ALL: &[(&str, &str, &str)] = &[
         "query_canceled",
         "a waiting lease.acquire reached its deadline while another owner held the key; \
          nothing was granted",
+    ),
+    (
+        SCHEMA_NOT_CLEAN,
+        "object_not_in_prerequisite_state",
+        "installing or updating pg_lease: schema lease is not empty, holds objects that are not \
+         pg_lease's, or is not the extension's schema; nothing changed",
     ),
     (
         FENCE_NOT_OWNER,

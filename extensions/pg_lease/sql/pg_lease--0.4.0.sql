@@ -12,16 +12,47 @@
 -- it; nothing runs in the background. Every call is one atomic statement that commits or rolls back
 -- with the caller's transaction. Epochs never go back for a key, not even across lease.purge().
 --
--- Every function pins `search_path = pg_catalog, pg_temp` and names every pg_lease object with its
--- schema: schema `lease` belongs to the role that ran CREATE EXTENSION (a trusted extension), while
--- the SECURITY DEFINER functions run as the bootstrap superuser, so they must never look up a name in
--- a schema another role can create objects in.
+-- Privileges (ADR 0001). Under CREATE EXTENSION (a trusted extension) this script runs as the
+-- bootstrap superuser, who owns every object and as whom the SECURITY DEFINER functions run. Nothing
+-- such a function resolves may be created, renamed or replaced by another role: every function pins
+-- `search_path = pg_catalog, pg_temp` and names every pg_lease object with its schema, and schema
+-- `lease` itself, which PostgreSQL creates as the installing role, is taken over by the script (below)
+-- so that the installing role can no longer rename it or create objects in it. The installing role
+-- keeps what an extension owner needs: USAGE on the schema with the grant option (it decides who may
+-- call the API), SELECT and INSERT on the state tables (pg_dump and restore), EXECUTE on purge.
 --
 -- The Rust installer runs the versioned script in databases that have no extension files: it drops
 -- the `\echo` line and every statement that follows a `-- pglease:extension-only` marker line, and
 -- substitutes @extowner@.
 
 \echo Use "CREATE EXTENSION pg_lease" to load this file. \quit
+
+-- ---------------------------------------------------------------------------------------------------
+-- The schema
+--
+-- Schema `lease` must be empty: an object planted in it before installation could be resolved by the
+-- functions below. (This check names its operators with their schema: it runs before the schema is
+-- known to be clean.) Then the role running this script takes the schema over. Without extension
+-- files (the Rust installer) that role is the installing role, which owns the schema already.
+-- ---------------------------------------------------------------------------------------------------
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_depend AS d
+                WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                  AND d.refobjid OPERATOR(pg_catalog.=) 'lease'::pg_catalog.regnamespace
+                  AND d.classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                  AND d.classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_default_acl'::pg_catalog.regclass)
+    THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = 'pg_lease: schema "lease" is not empty',
+            HINT    = 'pg_lease installs only into a new or empty schema "lease".';
+    END IF;
+END
+$$;
+
+ALTER SCHEMA lease OWNER TO CURRENT_USER;
+GRANT USAGE ON SCHEMA lease TO @extowner@ WITH GRANT OPTION;
 
 -- ---------------------------------------------------------------------------------------------------
 -- State
@@ -78,6 +109,9 @@ SELECT pg_catalog.pg_extension_config_dump('lease.epoch_floor', 'WHERE NOT senti
 
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 REVOKE ALL ON TABLE lease.epoch_floor FROM PUBLIC;
+-- The installing role may dump the state (pg_dump reads both tables) and restore it (COPY into them).
+-- It can reset every epoch anyway (DROP EXTENSION); no other role can read or write the tables.
+GRANT SELECT, INSERT ON TABLE lease.leases, lease.epoch_floor TO @extowner@;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Input validation (error paths only)
@@ -148,6 +182,26 @@ BEGIN
 END
 $$;
 
+-- Raise 22023 naming every violation if key, owner or epoch of a call about one grant (renew, release,
+-- fence) is invalid; otherwise return. For slow paths only: the common paths check inline.
+CREATE FUNCTION lease._check_grant_args(fn text, key text, owner text, epoch bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (key <> '' AND pg_catalog.octet_length(key) <= 1024
+        AND owner <> '' AND pg_catalog.octet_length(owner) <= 1024
+        AND epoch IS NOT NULL) IS NOT TRUE
+    THEN
+        PERFORM lease._raise_invalid_input(fn,
+            lease._text_violations('key', key, false, false)
+            || lease._text_violations('owner', owner, false, false)
+            || CASE WHEN epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END);
+    END IF;
+END
+$$;
+
 -- Why a renew/release of (key, owner, epoch) cannot succeed now, in the documented precedence:
 -- not_owner (no row, FREE, or another owner; a LAPSED row still names its last owner), then lapsed,
 -- then epoch_mismatch. Returns 'ok' when the state would let the call succeed (the caller retries).
@@ -178,6 +232,7 @@ $$;
 REVOKE ALL ON FUNCTION lease._text_violations(text, text, boolean, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._interval_violations(text, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid_input(text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._check_grant_args(text, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------------------
@@ -256,11 +311,17 @@ BEGIN
                 NULL;
             END;
             -- Held by another owner (as of a moment ago): sleep to the next poll, but never past the
-            -- holder's expiry or our deadline. A plain read, no lock.
+            -- holder's expiry or our deadline. A plain read, no lock. If the key is free by now
+            -- (released or lapsed since the attempt), try again at once, deadline or not: the wait
+            -- runs out (57014) only on a key that another owner held at the last attempt and still
+            -- holds after the deadline.
             SELECT l.expires_at INTO v_expires_at
               FROM lease.leases AS l
              WHERE l.key = acquire.key AND l.owner IS NOT NULL;
             v_now := pg_catalog.clock_timestamp();
+            IF (v_expires_at > v_now) IS NOT TRUE THEN
+                CONTINUE;
+            END IF;
             IF v_now >= v_deadline THEN
                 RAISE EXCEPTION USING
                     ERRCODE = '57014',
@@ -426,15 +487,7 @@ BEGIN
             RETURN r;
         END IF;
         -- Nothing renewed: invalid input first (22023), then the refusal in its precedence.
-        IF (renew.key <> '' AND pg_catalog.octet_length(renew.key) <= 1024
-            AND renew.owner <> '' AND pg_catalog.octet_length(renew.owner) <= 1024
-            AND renew.epoch IS NOT NULL) IS NOT TRUE
-        THEN
-            PERFORM lease._raise_invalid_input('lease.renew',
-                lease._text_violations('key', renew.key, false, false)
-                || lease._text_violations('owner', renew.owner, false, false)
-                || CASE WHEN renew.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END);
-        END IF;
+        PERFORM lease._check_grant_args('lease.renew', renew.key, renew.owner, renew.epoch);
         r.status := lease._refusal(renew.key, renew.owner, renew.epoch);
         IF r.status <> 'ok' THEN
             r.expires_at := NULL;
@@ -450,7 +503,8 @@ $$;
 --
 -- Contract: docs/SEMANTICS.md §3. Frees the grant (key, owner, epoch) if it is still HELD (the key's
 -- counter moves to epoch + 1); otherwise changes nothing and reports not_owner, lapsed or
--- epoch_mismatch, in that precedence. Judged as of the moment the call holds the row, like renew.
+-- epoch_mismatch, in that precedence. Judged as of the moment the call holds the row, like renew;
+-- a release that waited for the row lock frees the key as of the end of that wait.
 -- When a waiter registered for the released grant, sends pg_notify('pg_lease_released', key),
 -- delivered when the release commits; an uncontended release sends nothing. 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
@@ -463,12 +517,14 @@ AS $$
 DECLARE
     v_waiting boolean;
     v_prior timestamptz;
+    v_freed_at timestamptz;
 BEGIN
     -- No argument needs a check before the UPDATE: an invalid key, owner or epoch matches no row, and
     -- they are checked before any refusal.
     LOOP
         -- The clock is read inline, as in acquire. The status is 'ok' right away when the lease was
-        -- still HELD as the statement held the row and no waiter needs a notification.
+        -- still HELD as the statement held the row, the release was stamped no more than 1 ms before
+        -- that (it did not wait for the row lock), and no waiter needs a notification.
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
@@ -479,9 +535,10 @@ BEGIN
            AND l.epoch = release.epoch
            AND l.expires_at > pg_catalog.clock_timestamp()
         RETURNING CASE WHEN NOT l.waiting AND l.prior_expires_at > pg_catalog.clock_timestamp()
+                            AND l.expires_at >= pg_catalog.clock_timestamp() - interval '1 millisecond'
                        THEN 'ok' END,
-                  l.waiting, l.prior_expires_at
-             INTO release.status, v_waiting, v_prior;
+                  l.waiting, l.prior_expires_at, l.expires_at
+             INTO release.status, v_waiting, v_prior, v_freed_at;
         IF release.status IS NOT NULL THEN
             RETURN;                          -- released (the common case)
         END IF;
@@ -494,6 +551,13 @@ BEGIN
                 release.status := 'lapsed';
                 RETURN;
             END IF;
+            IF v_freed_at < pg_catalog.clock_timestamp() - interval '1 millisecond' THEN
+                -- We waited for the row lock: the key is free (idle, for purge) since the end of the
+                -- wait, not since the statement began.
+                UPDATE lease.leases AS l
+                   SET expires_at = pg_catalog.clock_timestamp()
+                 WHERE l.key = release.key;
+            END IF;
             IF v_waiting THEN
                 PERFORM pg_catalog.pg_notify('pg_lease_released', release.key);
             END IF;
@@ -501,15 +565,7 @@ BEGIN
             RETURN;
         END IF;
         -- Nothing released: invalid input first (22023), then the refusal in its precedence.
-        IF (release.key <> '' AND pg_catalog.octet_length(release.key) <= 1024
-            AND release.owner <> '' AND pg_catalog.octet_length(release.owner) <= 1024
-            AND release.epoch IS NOT NULL) IS NOT TRUE
-        THEN
-            PERFORM lease._raise_invalid_input('lease.release',
-                lease._text_violations('key', release.key, false, false)
-                || lease._text_violations('owner', release.owner, false, false)
-                || CASE WHEN release.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END);
-        END IF;
+        PERFORM lease._check_grant_args('lease.release', release.key, release.owner, release.epoch);
         release.status := lease._refusal(release.key, release.owner, release.epoch);
         IF release.status <> 'ok' THEN
             RETURN;
@@ -578,7 +634,7 @@ BEGIN
                   FROM lease.leases AS l
                  WHERE list.prefix IS NULL
                     OR l.key LIKE pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-                           list.prefix, '\', '\\'), '%', '\%'), '_', '\_') || '%') AS s
+                           list.prefix, E'\\', E'\\\\'), '%', E'\\%'), '_', E'\\_') || '%') AS s
          ORDER BY s.key;
 END
 $$;
@@ -671,10 +727,7 @@ BEGIN
        OR fence.owner IS NULL OR fence.owner = '' OR pg_catalog.octet_length(fence.owner) > 1024
        OR fence.epoch IS NULL
     THEN
-        PERFORM lease._raise_invalid_input('lease.fence',
-            lease._text_violations('key', fence.key, false, false)
-            || lease._text_violations('owner', fence.owner, false, false)
-            || CASE WHEN fence.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END);
+        PERFORM lease._check_grant_args('lease.fence', fence.key, fence.owner, fence.epoch);
     END IF;
 
     -- FOR SHARE conflicts with the row locks of acquire, renew and release (FOR NO KEY UPDATE), and
@@ -775,6 +828,23 @@ CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.3.0'::text $$;
+AS $$ SELECT '0.4.0'::text $$;
 
-GRANT USAGE ON SCHEMA lease TO PUBLIC;
+-- ---------------------------------------------------------------------------------------------------
+-- Who may call the API: every role, by default. The grant is made by the installing role (through a
+-- function it owns, for the moment of this script), so that it can narrow it later:
+--   REVOKE USAGE ON SCHEMA lease FROM PUBLIC; GRANT USAGE ON SCHEMA lease TO app_role;
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease._grant_usage_as_installer()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    GRANT USAGE ON SCHEMA lease TO PUBLIC;
+END
+$$;
+ALTER FUNCTION lease._grant_usage_as_installer() OWNER TO @extowner@;
+SELECT lease._grant_usage_as_installer();
+DROP FUNCTION lease._grant_usage_as_installer();
