@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime};
 use crate::error::{Error, Result};
 use crate::lost::LostReason;
 
-/// A lease granted by [`acquire`](crate::acquire): the fencing epoch and the expiry, both decided by the server.
+/// A lease granted by [`acquire`](crate::acquire): the fencing epoch and the expiry, both decided
+/// by the server.
 ///
 /// # Examples
 ///
@@ -33,7 +34,8 @@ pub struct Grant {
     pub expires_at: SystemTime,
 }
 
-/// The outcome of [`renew`](crate::renew) and [`release`](crate::release), mapping one-to-one to the SQL API's status strings.
+/// The outcome of [`renew`](crate::renew) and [`release`](crate::release), mapping one-to-one to
+/// the SQL API's status strings.
 ///
 /// The refusals are reported in this precedence: [`Status::NotOwner`], then [`Status::Lapsed`],
 /// then [`Status::EpochMismatch`]. A refused call changed nothing.
@@ -155,7 +157,8 @@ pub struct Renewal {
     pub expires_at: Option<SystemTime>,
 }
 
-/// A key's state as the server judges it now, from [`inspect`](crate::inspect) and [`list`](crate::list).
+/// A key's state as the server judges it now, from [`inspect`](crate::inspect) and
+/// [`list`](crate::list).
 ///
 /// # Examples
 ///
@@ -200,7 +203,8 @@ pub struct ListedLease {
     pub state: LeaseState,
 }
 
-/// The answer of [`register_waiter`](crate::register_waiter): the holder the waiter waits for, and when its lease lapses.
+/// The answer of [`register_waiter`](crate::register_waiter): the holder the waiter waits for, and
+/// when its lease lapses.
 ///
 /// # Examples
 ///
