@@ -67,7 +67,9 @@ pub(crate) fn ran_out(what: &str) -> Error {
 /// One attempt of a call that waits its turn: done, or refused because another owner holds the
 /// key (then [`Waits::retry_until`] waits for the key's release or lapse, and tries again).
 pub(crate) enum Attempt<T> {
+    /// The call succeeded: its value is the waiting call's result.
     Done(T),
+    /// Another owner holds the key: wait for its turn, then try again.
     Held,
 }
 
