@@ -18,8 +18,9 @@
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
 //!   puts the SQL API into a database, either with `CREATE EXTENSION` or, on managed PostgreSQL
 //!   without the extension files, by running the extension's own scripts ([`MIGRATIONS`]).
-//! - **Limits** ([`limits`]): the lengths and durations the SQL API accepts, and [`hostname`],
-//!   from which the default owner identities are built.
+//! - **Limits and identity** ([`limits`], [`hostname`]): the lengths and durations the SQL API
+//!   accepts (the one table of them), and the host name the default owner identities are built
+//!   from.
 //! - **Errors** ([`Error`], [`sqlstate`]): one opaque error type; server errors keep their SQLSTATE
 //!   ([`Error::code`]); [`Error::is_lease_lost`] and [`Error::is_fenced`] name the two ways a
 //!   lease stops being yours.
