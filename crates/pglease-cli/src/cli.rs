@@ -8,11 +8,8 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-
-/// The longest ttl, wait or purge age the SQL API accepts (365 days).
-pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 86_400);
-/// The longest key or owner the SQL API accepts, in bytes.
-pub const MAX_NAME_BYTES: usize = 1024;
+// The SQL API's limits (365 days; keys and owners of 1 to 1024 bytes), from the library's one table.
+use pglease::limits::{MAX_INTERVAL, MAX_NAME_BYTES, MIN_NAME_BYTES};
 
 /// The exit codes, shown at the end of `pglease --help` (and kept in step with `crate::exit`).
 pub const EXIT_CODES_HELP: &str = "\
@@ -425,7 +422,10 @@ pub fn parse_wait(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim())
         .map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
     if d > MAX_INTERVAL {
-        return Err("must be at most 365 days".into());
+        return Err(format!(
+            "must be at most {} days",
+            MAX_INTERVAL.as_secs() / 86_400
+        ));
     }
     Ok(d)
 }
@@ -441,7 +441,7 @@ pub fn parse_ttl(s: &str) -> Result<Duration, String> {
 
 /// Parses a key or owner: 1 to 1024 bytes.
 pub fn parse_name(s: &str) -> Result<String, String> {
-    if s.is_empty() {
+    if s.len() < MIN_NAME_BYTES {
         return Err("must not be empty".into());
     }
     parse_prefix(s)

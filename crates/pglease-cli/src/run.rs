@@ -49,22 +49,9 @@ impl HeldLease for pglease::Lease {
     }
 }
 
-/// The default owner: `<hostname>-<pid>`.
+/// The default owner: `<hostname>-<pid>` (`pglease-<pid>` if the host name is unknown).
 pub fn default_owner() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success (or truncates).
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    let host = if rc == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        String::new()
-    };
-    let host = if host.is_empty() {
-        "pglease".to_string()
-    } else {
-        host
-    };
+    let host = pglease::hostname().unwrap_or_else(|| "pglease".to_string());
     format!("{host}-{}", std::process::id())
 }
 

@@ -1,5 +1,8 @@
 //! Typed calls of pg_lease's SQL API: one async function per SQL function, one statement each.
 //!
+//! The values they return are in `results.rs`, the decoders of their rows in `rows.rs`, and the
+//! client's own variants on pooled connections (prepared statements, time left) in `pooled.rs`.
+//!
 //! Every function takes any [`GenericClient`], so it runs on a [`tokio_postgres::Client`]
 //! (autocommit: the call commits on return) or inside a [`tokio_postgres::Transaction`] (its effect
 //! commits or rolls back with the transaction). The server's clock is the only clock: a
@@ -17,17 +20,20 @@
 //! dropping the future does not stop the server from executing it. An acquire may then hold a lease
 //! nobody knows about (until its ttl lapses), exactly as after [`crate::Error::is_connection`].
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
 use tokio_postgres::GenericClient;
-use tokio_postgres::Row;
-use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::types::Type;
 
 use crate::error::{Error, Result};
+use crate::limits;
+use crate::results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
+use crate::rows;
+// The installer decodes its rows with the same helpers.
+pub(crate) use crate::rows::{get, one_row};
 
-/// The largest duration sent to the server (100 × 365 days); longer durations are sent as this.
+/// The largest duration sent to the server (100 × [`limits::MAX_INTERVAL`], 36 500 days); longer
+/// durations are sent as this.
 ///
 /// It is a valid `interval` above every limit of the SQL API, so the server answers SQLSTATE `22023`
 /// with a DETAIL saying which argument is too long.
@@ -37,7 +43,7 @@ use crate::error::{Error, Result};
 /// ```
 /// assert!(pglease::MAX_DURATION > std::time::Duration::from_secs(365 * 86_400));
 /// ```
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * limits::MAX_INTERVAL.as_secs());
 
 /// `d` in whole microseconds, rounded down, at most [`MAX_DURATION`].
 pub(crate) fn micros(d: Duration) -> i64 {
@@ -46,194 +52,18 @@ pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// A lease granted by [`acquire`]: the fencing epoch and the expiry, both decided by the server.
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
-/// use std::time::Duration;
-/// let ttl = Duration::from_secs(30);
-/// if let Some(grant) = pglease::acquire(db, "job-42", "worker-a1", ttl, Duration::ZERO).await? {
-///     println!("epoch {} until {:?}", grant.epoch, grant.expires_at);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Grant {
-    /// The fencing epoch of this grant; greater than every earlier epoch of the key.
-    pub epoch: i64,
-    /// Server time at which the lease lapses unless renewed.
-    pub expires_at: SystemTime,
-}
-
-/// The outcome of [`renew`] and [`release`], mapping one-to-one to the SQL API's status strings.
-///
-/// The refusals are reported in this precedence: [`Status::NotOwner`], then [`Status::Lapsed`],
-/// then [`Status::EpochMismatch`]. A refused call changed nothing.
-///
-/// # Examples
-///
-/// ```
-/// use pglease::Status;
-/// let status: Status = "not_owner".parse().unwrap();
-/// assert!(!status.is_ok());
-/// assert_eq!(status, Status::NotOwner);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// `ok`: the owner held the key at that epoch; the call took effect.
-    Ok,
-    /// `not_owner`: the key is unknown, free, or held (or last held, if lapsed) by another owner.
-    NotOwner,
-    /// `lapsed`: the owner's lease expired; it must re-acquire (and gets a new epoch).
-    Lapsed,
-    /// `epoch_mismatch`: the owner holds the key, but at another epoch than the one presented.
-    EpochMismatch,
-}
-
-impl Status {
-    /// The SQL API's string for this status: `ok`, `not_owner`, `lapsed` or `epoch_mismatch`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// assert_eq!(pglease::Status::EpochMismatch.as_str(), "epoch_mismatch");
-    /// ```
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::NotOwner => "not_owner",
-            Status::Lapsed => "lapsed",
-            Status::EpochMismatch => "epoch_mismatch",
-        }
-    }
-
-    /// Whether the call took effect (`ok`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// assert!(pglease::Status::Ok.is_ok());
-    /// assert!(!pglease::Status::Lapsed.is_ok());
-    /// ```
-    pub const fn is_ok(self) -> bool {
-        matches!(self, Status::Ok)
-    }
-}
-
-impl FromStr for Status {
-    type Err = Error;
-
-    /// Parses one of the SQL API's status strings, exactly (case-sensitive, no whitespace).
-    ///
-    /// # Errors
-    ///
-    /// Any other string is a protocol error ([`Error::is_protocol`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use pglease::Status;
-    /// assert_eq!("lapsed".parse::<Status>().unwrap(), Status::Lapsed);
-    /// assert!("LAPSED".parse::<Status>().unwrap_err().is_protocol());
-    /// ```
-    fn from_str(s: &str) -> Result<Status> {
-        match s {
-            "ok" => Ok(Status::Ok),
-            "not_owner" => Ok(Status::NotOwner),
-            "lapsed" => Ok(Status::Lapsed),
-            "epoch_mismatch" => Ok(Status::EpochMismatch),
-            other => Err(Error::protocol(format!("unknown lease status {other:?}"))),
-        }
-    }
-}
-
-impl fmt::Display for Status {
-    /// Writes [`Status::as_str`].
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The outcome of [`renew`]: the status and, when it is [`Status::Ok`], the new expiry.
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn demo(db: &tokio_postgres::Client, epoch: i64) -> pglease::Result<()> {
-/// let ttl = std::time::Duration::from_secs(30);
-/// let renewal = pglease::renew(db, "job-42", "worker-a1", epoch, ttl).await?;
-/// match renewal.expires_at {
-///     Some(at) => println!("renewed until {at:?}"),
-///     None => println!("refused: {}", renewal.status),
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Renewal {
-    /// Whether the renewal took effect, and if not, why.
-    pub status: Status,
-    /// The new expiry (server time + ttl): `Some` exactly when `status` is [`Status::Ok`].
-    pub expires_at: Option<SystemTime>,
-}
-
-/// A key's state as the server judges it now, from [`inspect`] and [`list`].
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
-/// if let Some(state) = pglease::inspect(db, "job-42").await? {
-///     println!("held={} owner={:?} epoch={}", state.held, state.owner, state.epoch);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LeaseState {
-    /// Whether an owner holds the key now (granted and not lapsed).
-    pub held: bool,
-    /// The holder: `Some` exactly when `held`.
-    pub owner: Option<String>,
-    /// Held: the holder's epoch. Not held: the key's fencing counter, so every epoch `<=` it is
-    /// stale and the next grant is greater.
-    pub epoch: i64,
-    /// The holder's expiry: `Some` exactly when `held`.
-    pub expires_at: Option<SystemTime>,
-}
-
-/// One row of [`list`]: a key and its state.
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
-/// for listed in pglease::list(db, None).await? {
-///     println!("{}: {:?}", listed.key, listed.state);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ListedLease {
-    /// The key.
-    pub key: String,
-    /// Its state, with the same meaning as [`inspect`]'s.
-    pub state: LeaseState,
-}
-
 const ACQUIRE: &str = "SELECT acquired, epoch, expires_at FROM lease.acquire($1, $2, \
      $3::bigint * interval '1 microsecond', $4::bigint * interval '1 microsecond')";
 const RENEW: &str = "SELECT status, expires_at FROM lease.renew($1, $2, $3, \
      $4::bigint * interval '1 microsecond')";
-const RELEASE: &str = "SELECT status FROM lease.release($1, $2, $3)";
+pub(crate) const RELEASE: &str = "SELECT status FROM lease.release($1, $2, $3)";
 const INSPECT: &str = "SELECT held, owner, epoch, expires_at FROM lease.inspect($1)";
 const LIST: &str = "SELECT key, held, owner, epoch, expires_at FROM lease.list($1)";
 const PURGE: &str = "SELECT lease.purge($1::bigint * interval '1 microsecond')";
 
+const REGISTER_WAITER: &str = "SELECT held, owner, epoch, expires_at, \
+     ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.register_waiter($1)";
+const FENCE: &str = "SELECT lease.fence($1, $2, $3)";
 /// Grants `key` to `owner` for `ttl` if it is free, lapsed or unknown; `None` if another owner holds
 /// it (with `wait` zero).
 ///
@@ -289,17 +119,7 @@ pub async fn acquire<C: GenericClient>(
             ],
         )
         .await?;
-    let row = one_row(rows, "lease.acquire")?;
-    let acquired: Option<bool> = get(&row, 0, "lease.acquire")?;
-    let epoch: Option<i64> = get(&row, 1, "lease.acquire")?;
-    let expires_at: Option<SystemTime> = get(&row, 2, "lease.acquire")?;
-    match (acquired, epoch, expires_at) {
-        (Some(true), Some(epoch), Some(expires_at)) => Ok(Some(Grant { epoch, expires_at })),
-        (Some(false), None, None) => Ok(None),
-        other => Err(Error::protocol(format!(
-            "lease.acquire returned (acquired, epoch, expires_at) = {other:?}"
-        ))),
-    }
+    rows::grant(&one_row(rows, "lease.acquire")?, "lease.acquire")
 }
 
 /// Extends `owner`'s lease on `key` at `epoch` to server time + `ttl` (which may shorten it); the
@@ -349,15 +169,7 @@ pub async fn renew<C: GenericClient>(
             ],
         )
         .await?;
-    let row = one_row(rows, "lease.renew")?;
-    let status = status(&row, "lease.renew")?;
-    let expires_at: Option<SystemTime> = get(&row, 1, "lease.renew")?;
-    if status.is_ok() != expires_at.is_some() {
-        return Err(Error::protocol(format!(
-            "lease.renew returned status {status} with expires_at {expires_at:?}"
-        )));
-    }
-    Ok(Renewal { status, expires_at })
+    rows::renewal(&one_row(rows, "lease.renew")?, "lease.renew")
 }
 
 /// Frees `key` if `owner` holds it at `epoch`, advancing its fencing counter; otherwise changes
@@ -398,13 +210,7 @@ pub async fn release<C: GenericClient>(
             ],
         )
         .await?;
-    release_status(rows)
-}
-
-/// The status in the only row of a release.
-fn release_status(rows: Vec<Row>) -> Result<Status> {
-    let row = one_row(rows, "lease.release")?;
-    status(&row, "lease.release")
+    rows::status(&one_row(rows, "lease.release")?, "lease.release")
 }
 
 /// The state of `key` as of now by the server clock; `None` if the key was never leased (or was
@@ -434,7 +240,7 @@ pub async fn inspect<C: GenericClient>(client: &C, key: &str) -> Result<Option<L
     let rows = client.query_typed(INSPECT, &[(&key, Type::TEXT)]).await?;
     match rows.as_slice() {
         [] => Ok(None),
-        [row] => lease_state(row, 0, "lease.inspect").map(Some),
+        [row] => rows::lease_state(row, 0, "lease.inspect").map(Some),
         rows => Err(Error::protocol(format!(
             "lease.inspect returned {} rows, expected at most 1",
             rows.len()
@@ -466,12 +272,7 @@ pub async fn inspect<C: GenericClient>(client: &C, key: &str) -> Result<Option<L
 pub async fn list<C: GenericClient>(client: &C, prefix: Option<&str>) -> Result<Vec<ListedLease>> {
     let rows = client.query_typed(LIST, &[(&prefix, Type::TEXT)]).await?;
     rows.iter()
-        .map(|row| {
-            Ok(ListedLease {
-                key: get(row, 0, "lease.list")?,
-                state: lease_state(row, 1, "lease.list")?,
-            })
-        })
+        .map(|row| rows::listed(row, "lease.list"))
         .collect()
 }
 
@@ -504,54 +305,8 @@ pub async fn purge<C: GenericClient>(client: &C, older_than: Duration) -> Result
     let rows = client
         .query_typed(PURGE, &[(&older_than, Type::INT8)])
         .await?;
-    let row = one_row(rows, "lease.purge")?;
-    let purged: Option<i64> = get(&row, 0, "lease.purge")?;
-    purged
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| Error::protocol(format!("lease.purge returned {purged:?}")))
+    rows::count(&one_row(rows, "lease.purge")?, "lease.purge")
 }
-
-/// The answer of [`register_waiter`]: the holder the waiter waits for, and when its lease lapses.
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
-/// let waiter = pglease::register_waiter(db, "job-42").await?;
-/// if waiter.held {
-///     println!("held by {:?} for {:?}", waiter.owner, waiter.lapses_in);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Waiter {
-    /// Whether an owner holds the key now. `false`: the key is free, lapsed or unknown, so acquire
-    /// it now (the other fields are `None`).
-    pub held: bool,
-    /// The holder: `Some` exactly when `held`.
-    pub owner: Option<String>,
-    /// The holder's epoch: `Some` exactly when `held`.
-    pub epoch: Option<i64>,
-    /// The holder's expiry (server time): `Some` exactly when `held`.
-    pub expires_at: Option<SystemTime>,
-    /// How long until the holder's lease lapses, measured on the server clock when the call ran
-    /// (rounded up to whole microseconds): `Some` exactly when `held`.
-    pub lapses_in: Option<Duration>,
-}
-
-const REGISTER_WAITER: &str = "SELECT held, owner, epoch, expires_at, \
-     ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.register_waiter($1)";
-const FENCE: &str = "SELECT lease.fence($1, $2, $3)";
-/// As ACQUIRE, plus the time left until the returned expiry, read on the server clock *after* the
-/// call ran (so it never overstates what is left).
-const ACQUIRE_TIMED: &str = "SELECT a.acquired, a.epoch, a.expires_at, \
-     floor(extract(epoch FROM a.expires_at - clock_timestamp()) * 1000000)::bigint \
-     FROM lease.acquire($1, $2, $3::bigint * interval '1 microsecond') AS a";
-/// As RENEW, plus the time left (see ACQUIRE_TIMED).
-const RENEW_TIMED: &str = "SELECT r.status, r.expires_at, \
-     floor(extract(epoch FROM r.expires_at - clock_timestamp()) * 1000000)::bigint \
-     FROM lease.renew($1, $2, $3, $4::bigint * interval '1 microsecond') AS r";
 
 /// Marks `key` as awaited, so that its holder's release notifies channel `pg_lease_released`
 /// (payload: the key), and reports the holder and how long until its lease lapses.
@@ -590,37 +345,7 @@ pub async fn register_waiter<C: GenericClient>(client: &C, key: &str) -> Result<
     let rows = client
         .query_typed(REGISTER_WAITER, &[(&key, Type::TEXT)])
         .await?;
-    let row = one_row(rows, CALL)?;
-    let held: Option<bool> = get(&row, 0, CALL)?;
-    let owner: Option<String> = get(&row, 1, CALL)?;
-    let epoch: Option<i64> = get(&row, 2, CALL)?;
-    let expires_at: Option<SystemTime> = get(&row, 3, CALL)?;
-    let lapses_in: Option<i64> = get(&row, 4, CALL)?;
-    match held {
-        Some(true) if owner.is_some() && epoch.is_some() && expires_at.is_some() => {
-            let lapses_in = lapses_in
-                .map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)))
-                .ok_or_else(|| Error::protocol(format!("{CALL} returned a NULL lapses_in")))?;
-            Ok(Waiter {
-                held: true,
-                owner,
-                epoch,
-                expires_at,
-                lapses_in: Some(lapses_in),
-            })
-        }
-        Some(false) if owner.is_none() && epoch.is_none() && expires_at.is_none() => Ok(Waiter {
-            held: false,
-            owner: None,
-            epoch: None,
-            expires_at: None,
-            lapses_in: None,
-        }),
-        _ => Err(Error::protocol(format!(
-            "{CALL} returned (held, owner, epoch, expires_at, lapses_in) = \
-             ({held:?}, {owner:?}, {epoch:?}, {expires_at:?}, {lapses_in:?})"
-        ))),
-    }
+    rows::waiter(&one_row(rows, CALL)?, CALL)
 }
 
 /// Guards the writes of the caller's transaction: checks that `owner` holds `key` at `epoch` now
@@ -671,227 +396,12 @@ pub async fn fence<C: GenericClient>(
             ],
         )
         .await?;
-    let row = one_row(rows, CALL)?;
-    let expires_at: Option<SystemTime> = get(&row, 0, CALL)?;
-    expires_at.ok_or_else(|| Error::protocol(format!("{CALL} returned NULL")))
-}
-
-/// How the pooled connections of a [`Client`](crate::Client) send the library's statements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Statements {
-    /// Unnamed statements, parsed and planned by the server on every call: they work through a
-    /// transaction-mode pooler ([pooler mode](crate::ClientBuilder::pooler_mode)).
-    Unnamed,
-    /// Prepared once per connection (the pool's statement cache), then executed by name: saves the
-    /// parse and plan of every call.
-    Prepared,
-}
-
-/// Runs one of the library's statements on a pooled connection, as `how` says.
-pub(crate) async fn pooled_rows(
-    conn: &deadpool_postgres::ClientWrapper,
-    how: Statements,
-    sql: &str,
-    params: &[(&(dyn ToSql + Sync), Type)],
-) -> Result<Vec<Row>> {
-    match how {
-        Statements::Unnamed => Ok(conn.query_typed(sql, params).await?),
-        Statements::Prepared => {
-            let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-            let statement = conn.prepare_typed_cached(sql, &types).await?;
-            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-            Ok(conn.query(&statement, &values).await?)
-        }
-    }
-}
-
-/// [`release`] on a pooled connection.
-pub(crate) async fn release_pooled(
-    conn: &deadpool_postgres::ClientWrapper,
-    how: Statements,
-    key: &str,
-    owner: &str,
-    epoch: i64,
-) -> Result<Status> {
-    let rows = pooled_rows(
-        conn,
-        how,
-        RELEASE,
-        &[
-            (&key, Type::TEXT),
-            (&owner, Type::TEXT),
-            (&epoch, Type::INT8),
-        ],
-    )
-    .await?;
-    release_status(rows)
-}
-
-/// A grant together with the time left on it, measured on the server clock after the call.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TimedGrant {
-    pub(crate) grant: Grant,
-    pub(crate) remaining: Duration,
-}
-
-/// [`acquire`] without waiting, also reporting the time left on the grant (for a fresh grant about
-/// `ttl`; for a grant the owner already held, what is left of it).
-pub(crate) async fn acquire_timed(
-    conn: &deadpool_postgres::ClientWrapper,
-    how: Statements,
-    key: &str,
-    owner: &str,
-    ttl: Duration,
-) -> Result<Option<TimedGrant>> {
-    const CALL: &str = "lease.acquire";
-    let ttl = micros(ttl);
-    let rows = pooled_rows(
-        conn,
-        how,
-        ACQUIRE_TIMED,
-        &[(&key, Type::TEXT), (&owner, Type::TEXT), (&ttl, Type::INT8)],
-    )
-    .await?;
-    let row = one_row(rows, CALL)?;
-    let acquired: Option<bool> = get(&row, 0, CALL)?;
-    let epoch: Option<i64> = get(&row, 1, CALL)?;
-    let expires_at: Option<SystemTime> = get(&row, 2, CALL)?;
-    let remaining: Option<i64> = get(&row, 3, CALL)?;
-    match (acquired, epoch, expires_at, remaining) {
-        (Some(true), Some(epoch), Some(expires_at), Some(remaining)) => Ok(Some(TimedGrant {
-            grant: Grant { epoch, expires_at },
-            remaining: Duration::from_micros(u64::try_from(remaining).unwrap_or(0)),
-        })),
-        (Some(false), None, None, None) => Ok(None),
-        other => Err(Error::protocol(format!(
-            "{CALL} returned (acquired, epoch, expires_at, remaining) = {other:?}"
-        ))),
-    }
-}
-
-/// [`renew`], also reporting the time left on the renewed lease (`None` unless `ok`).
-pub(crate) async fn renew_timed(
-    conn: &deadpool_postgres::ClientWrapper,
-    how: Statements,
-    key: &str,
-    owner: &str,
-    epoch: i64,
-    ttl: Duration,
-) -> Result<(Renewal, Option<Duration>)> {
-    const CALL: &str = "lease.renew";
-    let ttl = micros(ttl);
-    let rows = pooled_rows(
-        conn,
-        how,
-        RENEW_TIMED,
-        &[
-            (&key, Type::TEXT),
-            (&owner, Type::TEXT),
-            (&epoch, Type::INT8),
-            (&ttl, Type::INT8),
-        ],
-    )
-    .await?;
-    let row = one_row(rows, CALL)?;
-    let status = status(&row, CALL)?;
-    let expires_at: Option<SystemTime> = get(&row, 1, CALL)?;
-    let remaining: Option<i64> = get(&row, 2, CALL)?;
-    if status.is_ok() != expires_at.is_some() || expires_at.is_some() != remaining.is_some() {
-        return Err(Error::protocol(format!(
-            "{CALL} returned status {status} with expires_at {expires_at:?}"
-        )));
-    }
-    let remaining = remaining.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
-    Ok((Renewal { status, expires_at }, remaining))
-}
-
-/// The only row of `rows`.
-pub(crate) fn one_row(rows: Vec<Row>, call: &str) -> Result<Row> {
-    let n = rows.len();
-    let mut rows = rows.into_iter();
-    match (rows.next(), n) {
-        (Some(row), 1) => Ok(row),
-        _ => Err(Error::protocol(format!(
-            "{call} returned {n} rows, expected 1"
-        ))),
-    }
-}
-
-/// Column `idx` of `row` as `T`; a missing column or another type is a protocol error.
-pub(crate) fn get<'a, T: FromSql<'a>>(row: &'a Row, idx: usize, call: &str) -> Result<T> {
-    row.try_get(idx)
-        .map_err(|e| Error::protocol(format!("{call}: column {idx}: {e}")))
-}
-
-/// Column 0 of `row` as a [`Status`].
-fn status(row: &Row, call: &str) -> Result<Status> {
-    let s: Option<&str> = get(row, 0, call)?;
-    s.ok_or_else(|| Error::protocol(format!("{call} returned a NULL status")))?
-        .parse()
-}
-
-/// Columns `first..first + 4` of `row` as a [`LeaseState`], checked for consistency.
-fn lease_state(row: &Row, first: usize, call: &str) -> Result<LeaseState> {
-    let held: Option<bool> = get(row, first, call)?;
-    let owner: Option<String> = get(row, first + 1, call)?;
-    let epoch: Option<i64> = get(row, first + 2, call)?;
-    let expires_at: Option<SystemTime> = get(row, first + 3, call)?;
-    match (held, epoch) {
-        (Some(held), Some(epoch)) if held == owner.is_some() && held == expires_at.is_some() => {
-            Ok(LeaseState {
-                held,
-                owner,
-                epoch,
-                expires_at,
-            })
-        }
-        _ => Err(Error::protocol(format!(
-            "{call} returned (held, owner, epoch, expires_at) = \
-             ({held:?}, {owner:?}, {epoch:?}, {expires_at:?})"
-        ))),
-    }
+    rows::expiry(&one_row(rows, CALL)?, CALL)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const ALL: [Status; 4] = [
-        Status::Ok,
-        Status::NotOwner,
-        Status::Lapsed,
-        Status::EpochMismatch,
-    ];
-
-    #[test]
-    fn status_strings_round_trip() {
-        for s in ALL {
-            assert_eq!(s.as_str().parse::<Status>().unwrap(), s);
-            assert_eq!(s.to_string(), s.as_str());
-        }
-        let strings: Vec<&str> = ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(strings, ["ok", "not_owner", "lapsed", "epoch_mismatch"]);
-    }
-
-    #[test]
-    fn status_strings_appear_in_the_sql() {
-        for s in ALL {
-            let quoted = format!("'{}'", s.as_str());
-            assert!(
-                crate::install::MIGRATIONS[0].script.contains(&quoted),
-                "{quoted}"
-            );
-        }
-    }
-
-    #[test]
-    fn unknown_status_is_a_protocol_error() {
-        for bad in ["", "OK", " ok", "ok ", "held", "not-owner", "\u{0}"] {
-            let e = bad.parse::<Status>().unwrap_err();
-            assert!(e.is_protocol(), "{bad:?}");
-            assert_eq!(e.code(), None);
-        }
-    }
 
     #[test]
     fn durations_become_whole_microseconds_rounded_down() {

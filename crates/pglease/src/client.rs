@@ -2,30 +2,39 @@
 //! owns the connections that do so.
 //!
 //! A client holds a connection pool (deadpool-postgres) for short calls: acquires, renewals,
-//! releases, inspections. Waiting for a key never holds a pooled connection: the client waits on
-//! its one shared `LISTEN` connection (see [`crate::register_waiter`]) or, behind a
-//! transaction-mode pooler, sleeps until the holder's lapse time, capped.
+//! releases, inspections. Waiting for a key never holds a pooled connection (`wait.rs`). One
+//! acquire attempt is made here: it reserves the key in the client (`slots.rs`), sends the acquire,
+//! releases in the background whatever an unanswered or abandoned acquire may have granted, and
+//! hands a grant to its keepalive task (`keepalive.rs`).
+//!
+//! The client is made by [`crate::ClientBuilder`] (`builder.rs`, which also holds
+//! [`Client::connect`] and [`Client::builder`]); its elections by [`Client::election`]
+//! (`election.rs`).
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio::sync::{Notify, mpsc};
-use tokio::time::{Instant, sleep_until};
-use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{Config, NoTls, Socket};
+use deadpool_postgres::{Object, Pool};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::calls::{self, LeaseState, ListedLease};
-use crate::election::Election;
+use crate::calls;
 use crate::error::{Error, Result};
-use crate::keepalive::{self, Keepalive, Timing};
-use crate::lease::{Lease, LeaseGuard, Shared};
-use crate::listener::{self, Listener, Subscription};
+use crate::guard::LeaseGuard;
+use crate::identity::default_owner;
+use crate::keepalive::{self, Keepalive};
+use crate::lease::Lease;
+use crate::listener::{self, Listener};
+use crate::pooled::{self, Connections, Statements};
+use crate::results::{LeaseState, ListedLease};
+use crate::shared::Shared;
+use crate::slots::{SlotGuard, Slots};
+use crate::timing::Timing;
+use crate::wait::{self, Attempt, Deadline, Waits};
 
 /// Default fraction of the ttl between renewals.
 const DEFAULT_RENEW_FRACTION: f64 = 1.0 / 3.0;
@@ -37,22 +46,18 @@ const DEFAULT_POLL_CAP: Duration = Duration::from_secs(1);
 const DEFAULT_MAX_CONNECTIONS: usize = 10;
 /// Default bound on opening one pooled connection.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a wait gives the listening connection to come up before it sleeps without it.
-const LISTEN_READY_TIMEOUT: Duration = Duration::from_secs(2);
-/// Slack added to a server-reported lapse time, so the retry comes after the lapse.
-const LAPSE_SLACK: Duration = Duration::from_millis(2);
 
-/// Configuration of a [`Client`]; every setting has a default.
+/// Configuration of a [`Client`], set with [`crate::ClientBuilder`]; every setting has a default.
 #[derive(Debug, Clone)]
-struct Options {
-    owner: Option<String>,
-    renew_fraction: f64,
-    safety_margin: Duration,
-    pooler_mode: bool,
-    poll_cap: Duration,
-    check_version: bool,
-    max_connections: usize,
-    connect_timeout: Duration,
+pub(crate) struct Options {
+    pub(crate) owner: Option<String>,
+    pub(crate) renew_fraction: f64,
+    pub(crate) safety_margin: Duration,
+    pub(crate) pooler_mode: bool,
+    pub(crate) poll_cap: Duration,
+    pub(crate) check_version: bool,
+    pub(crate) max_connections: usize,
+    pub(crate) connect_timeout: Duration,
 }
 
 impl Default for Options {
@@ -67,366 +72,6 @@ impl Default for Options {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
-    }
-}
-
-/// Builds a [`Client`]; start with [`Client::builder`].
-///
-/// | setting | default |
-/// | --- | --- |
-/// | [`owner`](Self::owner) | `host:pid:random` |
-/// | [`renew_fraction`](Self::renew_fraction) | 1/3 of the ttl |
-/// | [`safety_margin`](Self::safety_margin) | 20 ms (plus ttl/1000) |
-/// | [`pooler_mode`](Self::pooler_mode) | off: wait on a `LISTEN` connection |
-/// | [`poll_cap`](Self::poll_cap) | 1 s |
-/// | [`check_version`](Self::check_version) | on |
-/// | [`max_connections`](Self::max_connections) | 10 |
-/// | [`connect_timeout`](Self::connect_timeout) | 10 s |
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn demo() -> pglease::Result<()> {
-/// use std::time::Duration;
-///
-/// let client = pglease::Client::builder()
-///     .owner("billing-worker-1")
-///     .renew_fraction(0.25)
-///     .connect("host=db.example user=app dbname=app")
-///     .await?;
-/// # Ok(())
-/// # }
-/// ```
-#[must_use]
-pub struct ClientBuilder {
-    options: Options,
-    listen: Option<listener::Connect>,
-}
-
-impl std::fmt::Debug for ClientBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientBuilder")
-            .field("options", &self.options)
-            .field("listen", &self.listen.is_some())
-            .finish()
-    }
-}
-
-impl ClientBuilder {
-    /// Sets the owner identity presented to the server. Default: `host:pid:random` (the host name,
-    /// the process id and 32 random bits), unique per client.
-    ///
-    /// Two clients with the same owner are one owner to the server (either may renew or release
-    /// the other's leases), so only set it to something unique per process.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let builder = pglease::Client::builder().owner("worker-7");
-    /// ```
-    pub fn owner(mut self, owner: impl Into<String>) -> ClientBuilder {
-        self.options.owner = Some(owner.into());
-        self
-    }
-
-    /// Sets the fraction of the ttl between keepalive renewals, in (0, 1). Default 1/3.
-    ///
-    /// Whatever the fraction, a renewal is also never scheduled later than halfway to the
-    /// validity deadline, so there is always time to retry.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let builder = pglease::Client::builder().renew_fraction(0.25);
-    /// ```
-    pub fn renew_fraction(mut self, fraction: f64) -> ClientBuilder {
-        self.options.renew_fraction = fraction;
-        self
-    }
-
-    /// Sets the constant part of the safety margin. Default 20 ms.
-    ///
-    /// A lease is treated as valid until `sent + ttl - margin`, with `margin = ttl / 1000 +
-    /// safety_margin`: the proportional part covers clock-rate drift between this host and the
-    /// server (2 × the 500 ppm a kernel may slew a clock), the constant covers timer and
-    /// scheduling latency between the deadline and your code seeing [`Lease::lost`]. Raise it on
-    /// heavily loaded hosts. A ttl must exceed twice the margin.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let builder = pglease::Client::builder().safety_margin(Duration::from_millis(50));
-    /// ```
-    pub fn safety_margin(mut self, margin: Duration) -> ClientBuilder {
-        self.options.safety_margin = margin;
-        self
-    }
-
-    /// Declares that the connections go through a transaction-mode pooler (PgBouncer
-    /// `pool_mode = transaction`), where `LISTEN` cannot work. Default off.
-    ///
-    /// In pooler mode, waits sleep until the holder's lapse time as the server reports it, but
-    /// never longer than [`poll_cap`](Self::poll_cap) at a time, so a release is noticed within
-    /// one cap. Every statement is sent as an unnamed statement (outside pooler mode the client
-    /// prepares its statements once per pooled connection), so pooler mode needs nothing else.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let builder = pglease::Client::builder().pooler_mode(true);
-    /// ```
-    pub fn pooler_mode(mut self, on: bool) -> ClientBuilder {
-        self.options.pooler_mode = on;
-        self
-    }
-
-    /// Sets the longest single sleep of a wait without `LISTEN` (pooler mode, a pool without a
-    /// listening connection, or while the listening connection is down). Default 1 s.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let builder = pglease::Client::builder().pooler_mode(true).poll_cap(Duration::from_millis(250));
-    /// ```
-    pub fn poll_cap(mut self, cap: Duration) -> ClientBuilder {
-        self.options.poll_cap = cap;
-        self
-    }
-
-    /// Whether connecting checks that pg_lease is installed at this library's
-    /// [`crate::VERSION`] ([`crate::check_version`]). Default on.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let builder = pglease::Client::builder().check_version(false);
-    /// ```
-    pub fn check_version(mut self, on: bool) -> ClientBuilder {
-        self.options.check_version = on;
-        self
-    }
-
-    /// Sets the size of the connection pool made by [`connect`](Self::connect) and
-    /// [`connect_with`](Self::connect_with). Default 10. (The listening connection is extra.)
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let builder = pglease::Client::builder().max_connections(4);
-    /// ```
-    pub fn max_connections(mut self, n: usize) -> ClientBuilder {
-        self.options.max_connections = n;
-        self
-    }
-
-    /// Sets how long opening one pooled connection may take. Default 10 s.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let builder = pglease::Client::builder().connect_timeout(Duration::from_secs(3));
-    /// ```
-    pub fn connect_timeout(mut self, timeout: Duration) -> ClientBuilder {
-        self.options.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets the connection used for `LISTEN` by a client built with [`from_pool`](Self::from_pool)
-    /// (which cannot take one from the pool: a pooled connection is not polled for
-    /// notifications). Without it, such a client waits as in [`pooler_mode`](Self::pooler_mode).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(pool: deadpool_postgres::Pool) -> pglease::Result<()> {
-    /// let config: tokio_postgres::Config = "host=db.example user=app dbname=app".parse()?;
-    /// let client = pglease::Client::builder()
-    ///     .listen_with(config, tokio_postgres::NoTls)
-    ///     .from_pool(pool)
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn listen_with<T>(mut self, config: Config, tls: T) -> ClientBuilder
-    where
-        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-        T::Stream: Send + Sync,
-        T::TlsConnect: Send + Sync,
-        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-    {
-        self.listen = Some(listener::connector(config, tls));
-        self
-    }
-
-    /// Connects without TLS to the server named by a libpq-style connection string
-    /// (`host=... user=... dbname=...` or a `postgresql://` URL).
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::is_invalid_input`]: an unparsable connection string or an invalid setting.
-    /// - with [`check_version`](Self::check_version): [`Error::is_not_installed`],
-    ///   [`Error::is_version_mismatch`], or the connection's error.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: nothing outlives the dropped future.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo() -> pglease::Result<()> {
-    /// let client = pglease::Client::builder()
-    ///     .connect("postgresql://app@db.example/app")
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect(self, conninfo: &str) -> Result<Client> {
-        let config: Config = conninfo
-            .parse()
-            .map_err(|e| Error::invalid_argument(format!("connection string: {e}")))?;
-        self.connect_with(config, NoTls).await
-    }
-
-    /// Connects with `config` and the TLS connector `tls` (e.g. `tokio_postgres::NoTls`,
-    /// `postgres-native-tls` or `tokio-postgres-rustls`).
-    ///
-    /// # Errors
-    ///
-    /// As [`connect`](Self::connect).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: nothing outlives the dropped future.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo() -> pglease::Result<()> {
-    /// let mut config = tokio_postgres::Config::new();
-    /// config.host("db.example").user("app").dbname("app");
-    /// let client = pglease::Client::builder()
-    ///     .connect_with(config, tokio_postgres::NoTls)
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect_with<T>(mut self, config: Config, tls: T) -> Result<Client>
-    where
-        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-        T::Stream: Send + Sync,
-        T::TlsConnect: Send + Sync,
-        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-    {
-        self.validate()?;
-        let manager = Manager::from_config(
-            config.clone(),
-            tls.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.options.max_connections)
-            .runtime(Runtime::Tokio1)
-            .create_timeout(Some(self.options.connect_timeout))
-            .build()
-            .map_err(|e| Error::invalid_argument(format!("connection pool: {e}")))?;
-        if self.listen.is_none() {
-            self.listen = Some(listener::connector(config, tls));
-        }
-        self.finish(pool).await
-    }
-
-    /// Uses an existing deadpool-postgres pool for every short call. The client waits with
-    /// `LISTEN` only if [`listen_with`](Self::listen_with) gave it a connection to do so.
-    ///
-    /// The pool should recycle connections at least with [`RecyclingMethod::Fast`] (the
-    /// default), so that a connection that broke is not handed out again.
-    ///
-    /// # Errors
-    ///
-    /// As [`connect`](Self::connect).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: nothing outlives the dropped future.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo() -> pglease::Result<()> {
-    /// use deadpool_postgres::{Manager, Pool};
-    ///
-    /// let config: tokio_postgres::Config = "host=db.example user=app dbname=app".parse()?;
-    /// let manager = Manager::new(config, tokio_postgres::NoTls);
-    /// let pool = Pool::builder(manager).max_size(8).build().expect("valid pool settings");
-    /// let client = pglease::Client::builder().from_pool(pool).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn from_pool(self, pool: Pool) -> Result<Client> {
-        self.validate()?;
-        self.finish(pool).await
-    }
-
-    fn validate(&self) -> Result<()> {
-        let f = self.options.renew_fraction;
-        if !(f > 0.0 && f < 1.0) {
-            return Err(Error::invalid_argument(format!(
-                "renew_fraction must be in (0, 1), got {f}"
-            )));
-        }
-        if self.options.max_connections == 0 {
-            return Err(Error::invalid_argument(
-                "max_connections must be at least 1",
-            ));
-        }
-        if self.options.poll_cap.is_zero() {
-            return Err(Error::invalid_argument("poll_cap must be positive"));
-        }
-        if let Some(owner) = &self.options.owner
-            && (owner.is_empty() || owner.len() > 1024)
-        {
-            return Err(Error::invalid_argument(
-                "owner must be non-empty text of at most 1024 bytes",
-            ));
-        }
-        Ok(())
-    }
-
-    async fn finish(self, pool: Pool) -> Result<Client> {
-        let root = CancellationToken::new();
-        let tracker = TaskTracker::new();
-        let listener = match (&self.listen, self.options.pooler_mode) {
-            (Some(connect), false) => Some(Listener::new(
-                Arc::clone(connect),
-                root.clone(),
-                tracker.clone(),
-            )),
-            _ => None,
-        };
-        let owner = self.options.owner.clone().unwrap_or_else(default_owner);
-        let client = Client {
-            inner: Arc::new(Inner {
-                pool,
-                owner,
-                options: self.options,
-                listener,
-                root,
-                tracker,
-                slots: Arc::default(),
-                live: Arc::default(),
-            }),
-        };
-        if client.inner.options.check_version {
-            let conn = client.get().await?;
-            crate::install::check_version(&**conn).await?;
-        }
-        Ok(client)
     }
 }
 
@@ -455,10 +100,12 @@ pub struct Client {
 }
 
 struct Inner {
-    pool: Pool,
     owner: String,
     options: Options,
-    listener: Option<Listener>,
+    /// The pool, as every short call uses it (failing once `root` is cancelled).
+    conns: Connections,
+    /// The listening connection and everything else a wait needs.
+    waits: Waits,
     /// Cancelled by shutdown, or when the last clone and lease are gone.
     root: CancellationToken,
     tracker: TaskTracker,
@@ -477,55 +124,13 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("owner", &self.inner.owner)
             .field("options", &self.inner.options)
-            .field("listener", &self.inner.listener)
+            .field("listener", &self.inner.waits.listener())
             .field("closed", &self.inner.root.is_cancelled())
             .finish_non_exhaustive()
     }
 }
 
 impl Client {
-    /// Connects with default settings (see [`ClientBuilder`]), without TLS.
-    ///
-    /// # Errors
-    ///
-    /// As [`ClientBuilder::connect`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: nothing outlives the dropped future.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo() -> pglease::Result<()> {
-    /// let client = pglease::Client::connect("host=db.example user=app dbname=app").await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect(conninfo: &str) -> Result<Client> {
-        Client::builder().connect(conninfo).await
-    }
-
-    /// A builder with every setting at its default.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo() -> pglease::Result<()> {
-    /// let client = pglease::Client::builder()
-    ///     .pooler_mode(true)
-    ///     .connect("host=pgbouncer.example port=6432 user=app dbname=app")
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn builder() -> ClientBuilder {
-        ClientBuilder {
-            options: Options::default(),
-            listen: None,
-        }
-    }
-
     /// The owner identity this client presents.
     ///
     /// # Examples
@@ -555,7 +160,7 @@ impl Client {
     /// # }
     /// ```
     pub fn pool(&self) -> &Pool {
-        &self.inner.pool
+        self.inner.conns.pool()
     }
 
     /// Acquires `key` for `ttl` if it is free, lapsed or unknown; `None` if another owner (or
@@ -591,7 +196,7 @@ impl Client {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.check_open()?;
+        self.inner.conns.check_open()?;
         let timing = self.timing(ttl)?;
         let Some(slot) = self.inner.slots.claim(key) else {
             return Ok(None);
@@ -604,9 +209,11 @@ impl Client {
     /// The wait holds no pooled connection and no transaction, and does not poll: the client
     /// registers as a waiter (`lease.register_waiter`), listens on its shared `LISTEN`
     /// connection, and retries when the holder releases the key or when its lease lapses by the
-    /// server's reckoning, whichever comes first. In [pooler mode](ClientBuilder::pooler_mode) it
-    /// sleeps until the lapse, at most [`ClientBuilder::poll_cap`] at a time. Connection errors
+    /// server's reckoning, whichever comes first. In [pooler mode](crate::ClientBuilder::pooler_mode) it
+    /// sleeps until the lapse, at most [`ClientBuilder::poll_cap`](crate::ClientBuilder::poll_cap) at a time. Connection errors
     /// while waiting are retried with backoff. Waiters are not queued: whoever retries first wins.
+    /// A `timeout` too long to represent as an instant (e.g. [`Duration::MAX`]) waits without
+    /// bound.
     ///
     /// # Errors
     ///
@@ -632,8 +239,7 @@ impl Client {
     /// # }
     /// ```
     pub async fn acquire(&self, key: &str, ttl: Duration, timeout: Duration) -> Result<Lease> {
-        let deadline = Instant::now().checked_add(timeout);
-        self.acquire_until(key, ttl, deadline).await
+        self.acquire_until(key, ttl, Deadline::after(timeout)).await
     }
 
     /// Acquires `key` (waiting without bound), runs the future `f` makes from a [`LeaseGuard`],
@@ -671,7 +277,7 @@ impl Client {
         F: FnOnce(LeaseGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lease = self.acquire_until(key, ttl, None).await?;
+        let lease = self.acquire_until(key, ttl, Deadline::NEVER).await?;
         let work = f(lease.guard());
         let outcome = tokio::select! {
             biased;
@@ -708,7 +314,7 @@ impl Client {
     /// # }
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<Option<LeaseState>> {
-        let conn = self.get().await?;
+        let conn = self.inner.conns.get().await?;
         calls::inspect(&**conn, key).await
     }
 
@@ -734,27 +340,8 @@ impl Client {
     /// # }
     /// ```
     pub async fn list(&self, prefix: Option<&str>) -> Result<Vec<ListedLease>> {
-        let conn = self.get().await?;
+        let conn = self.inner.conns.get().await?;
         calls::list(&**conn, prefix).await
-    }
-
-    /// A leader election on key `name`, whose leader holds it for `ttl` at a time (renewed by
-    /// the keepalive).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let election = client.election("scheduler-leader", Duration::from_secs(10));
-    /// let leadership = election.campaign().await?;
-    /// println!("leading at epoch {}", leadership.epoch());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn election(&self, name: impl Into<String>, ttl: Duration) -> Election {
-        Election::new(self.clone(), name.into(), ttl)
     }
 
     /// Shuts the client down: releases every lease it holds, stops every keepalive and the
@@ -778,7 +365,7 @@ impl Client {
         self.inner.root.cancel();
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
-        self.inner.pool.close();
+        self.inner.conns.pool().close();
     }
 
     /// How many keepalive tasks of this client are running (for leak tests).
@@ -806,14 +393,59 @@ impl Client {
     /// ```
     #[doc(hidden)]
     pub fn notifications_delivered(&self) -> u64 {
-        self.inner.listener.as_ref().map_or(0, Listener::delivered)
+        self.inner.waits.listener().map_or(0, Listener::delivered)
     }
 
     // ---------------------------------------------------------------------------------------
     // Internals
     // ---------------------------------------------------------------------------------------
 
-    pub(crate) fn timing(&self, ttl: Duration) -> Result<Timing> {
+    /// Starts a client on `pool` (the builder's last step): the listening connection (unless in
+    /// pooler mode or without `listen`), and the version check if asked for.
+    pub(crate) async fn start(
+        options: Options,
+        pool: Pool,
+        listen: Option<listener::Connect>,
+    ) -> Result<Client> {
+        let root = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let listener = match (listen, options.pooler_mode) {
+            (Some(connect), false) => Some(Listener::new(connect, root.clone(), tracker.clone())),
+            _ => None,
+        };
+        let statements = if options.pooler_mode {
+            Statements::Unnamed
+        } else {
+            Statements::Prepared
+        };
+        let conns = Connections::new(pool, statements, root.clone());
+        let waits = Waits::new(conns.clone(), listener, options.poll_cap, root.clone());
+        let owner = options.owner.clone().unwrap_or_else(default_owner);
+        let client = Client {
+            inner: Arc::new(Inner {
+                owner,
+                options,
+                conns,
+                waits,
+                root,
+                tracker,
+                slots: Arc::default(),
+                live: Arc::default(),
+            }),
+        };
+        if client.inner.options.check_version {
+            let conn = client.inner.conns.get().await?;
+            crate::install::check_version(&**conn).await?;
+        }
+        Ok(client)
+    }
+
+    /// How this client's waits wait: the interface its elections (and other waiting calls) use.
+    pub(crate) fn waits(&self) -> &Waits {
+        &self.inner.waits
+    }
+
+    fn timing(&self, ttl: Duration) -> Result<Timing> {
         Timing::new(
             ttl,
             self.inner.options.renew_fraction,
@@ -821,87 +453,28 @@ impl Client {
         )
     }
 
-    pub(crate) fn check_open(&self) -> Result<()> {
-        if self.inner.root.is_cancelled() {
-            Err(Error::closed())
-        } else {
-            Ok(())
-        }
-    }
-
-    pub(crate) fn shutdown_token(&self) -> &CancellationToken {
-        &self.inner.root
-    }
-
-    /// A pooled connection.
-    /// How this client's pooled connections send the library's statements: prepared once per
-    /// connection, except in pooler mode.
-    pub(crate) fn statements(&self) -> calls::Statements {
-        if self.inner.options.pooler_mode {
-            calls::Statements::Unnamed
-        } else {
-            calls::Statements::Prepared
-        }
-    }
-
-    pub(crate) async fn get(&self) -> Result<Object> {
-        self.check_open()?;
-        self.inner.pool.get().await.map_err(Error::pool)
-    }
-
-    /// Acquires `key`, waiting until `deadline` (`None`: without bound).
-    pub(crate) async fn acquire_until(
-        &self,
-        key: &str,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Lease> {
+    /// Acquires `key`, waiting until `deadline`: for this client's own lease on the key to end,
+    /// then for the holder's release or lapse, retrying transient errors.
+    async fn acquire_until(&self, key: &str, ttl: Duration, deadline: Deadline) -> Result<Lease> {
         let timing = self.timing(ttl)?;
-        let mut failures = 0u32;
-        loop {
-            self.check_open()?;
-            let freed = self.inner.slots.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            let Some(slot) = self.inner.slots.claim(key) else {
-                // Another lease (or acquire) of this client has the key: wait for it to end.
-                tokio::select! {
-                    () = freed => continue,
-                    () = sleep_until_opt(deadline) => return Err(timed_out(key)),
-                    () = self.inner.root.cancelled() => return Err(Error::closed()),
+        let what = &format!("acquire of key {key:?}");
+        let attempt = move || async move {
+            // Another lease (or acquire) of this client has the key: wait for it to end.
+            let slot = tokio::select! {
+                slot = self.inner.slots.claim_by(key, deadline) => {
+                    slot.ok_or_else(|| wait::ran_out(what))?
                 }
+                () = self.inner.waits.closed() => return Err(Error::closed()),
             };
-            let result = match self.acquire_once(slot, key, timing).await {
-                Ok(Ok(lease)) => return Ok(lease),
-                Ok(Err(_held)) => {
-                    if past(deadline) {
-                        return Err(timed_out(key));
-                    }
-                    self.wait_for_turn(key, deadline).await
-                }
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(()) => failures = 0,
-                Err(e) if is_transient(&e) => {
-                    failures = failures.saturating_add(1);
-                    let delay = keepalive::backoff(
-                        Duration::from_millis(50),
-                        Duration::from_secs(2),
-                        failures,
-                    );
-                    let until = opt_min(Instant::now() + delay, deadline);
-                    tokio::select! {
-                        () = sleep_until(until) => {}
-                        () = self.inner.root.cancelled() => return Err(Error::closed()),
-                    }
-                    if past(deadline) {
-                        return Err(timed_out(key));
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+            Ok(match self.acquire_once(slot, key, timing).await? {
+                Ok(lease) => Attempt::Done(lease),
+                Err(()) => Attempt::Held,
+            })
+        };
+        self.inner
+            .waits
+            .retry_until(what, key, deadline, attempt)
+            .await
     }
 
     /// One acquire attempt with the key's slot: `Ok(Ok(lease))` if granted, `Ok(Err(()))` if
@@ -912,11 +485,12 @@ impl Client {
         key: &str,
         timing: Timing,
     ) -> Result<std::result::Result<Lease, ()>> {
-        let conn = self.get().await?;
+        let conns = &self.inner.conns;
+        let conn = conns.get().await?;
         let mut in_flight = InFlight {
             conn: Some(conn),
             slot: Some(slot),
-            pool: self.inner.pool.clone(),
+            conns: conns.clone(),
             key: key.to_owned(),
             owner: self.inner.owner.clone(),
             armed: true,
@@ -924,7 +498,8 @@ impl Client {
         let sent = Instant::now();
         let conn = in_flight.conn.as_ref().expect("set above");
         let answer =
-            calls::acquire_timed(conn, self.statements(), key, &self.inner.owner, timing.ttl).await;
+            pooled::acquire_timed(conn, conns.statements(), key, &self.inner.owner, timing.ttl)
+                .await;
         let (grant, sent, left) = match answer {
             Ok(Some(timed)) => (timed.grant, sent, timed.remaining),
             Ok(None) => {
@@ -935,7 +510,7 @@ impl Client {
                 if e.is_connection() {
                     // Ambiguous: the cleanup (on drop of `in_flight`) releases what may be ours.
                     if let Some(conn) = in_flight.conn.take() {
-                        keepalive::discard(conn);
+                        pooled::discard(conn);
                     }
                 } else {
                     in_flight.armed = false;
@@ -948,9 +523,9 @@ impl Client {
         let (sent, left, expires_at) = if timing.valid_until(sent, left) <= sent + timing.margin {
             let sent = Instant::now();
             let conn = in_flight.conn.as_ref().expect("still set");
-            match calls::renew_timed(
+            match pooled::renew_timed(
                 conn,
-                self.statements(),
+                conns.statements(),
                 key,
                 &self.inner.owner,
                 grant.epoch,
@@ -971,23 +546,19 @@ impl Client {
         drop(in_flight);
 
         let valid_until = timing.valid_until(sent, left);
-        let shared = Arc::new(
-            Shared::new(
-                key.to_owned(),
-                self.inner.owner.clone(),
-                grant.epoch,
-                timing.ttl,
-                valid_until,
-                expires_at,
-                self.inner.root.child_token(),
-            )
-            .with_statements(self.statements()),
-        );
+        let shared = Arc::new(Shared::new(
+            key.to_owned(),
+            self.inner.owner.clone(),
+            grant.epoch,
+            timing,
+            valid_until,
+            expires_at,
+            self.inner.root.child_token(),
+        ));
         let (control, commands) = mpsc::unbounded_channel();
         let keepalive = Keepalive {
             shared: Arc::clone(&shared),
-            pool: self.inner.pool.clone(),
-            timing,
+            conns: conns.clone(),
             commands,
             shutdown: self.inner.root.clone(),
             slot: Some(slot),
@@ -995,61 +566,7 @@ impl Client {
             _live: keepalive::Live::new(Arc::clone(&self.inner.live)),
         };
         self.inner.tracker.spawn(keepalive.run());
-        Ok(Ok(Lease::new(shared, self.clone(), control)))
-    }
-
-    /// Waits (without a pooled connection) until `key` may be free: released, lapsed, or the
-    /// deadline. Returns at once if the key is not held.
-    pub(crate) async fn wait_for_turn(&self, key: &str, deadline: Option<Instant>) -> Result<()> {
-        let subscription = self.subscribe(key, deadline).await;
-        let waiter = {
-            let conn = self.get().await?;
-            calls::register_waiter(&**conn, key).await?
-        };
-        let Some(lapses_in) = waiter.lapses_in.filter(|_| waiter.held) else {
-            return Ok(());
-        };
-        self.sleep_until_released(subscription.as_ref(), lapses_in, deadline)
-            .await
-    }
-
-    /// Subscribes to releases of `key` on the listening connection, if this client has one and
-    /// it comes up in time.
-    pub(crate) async fn subscribe(
-        &self,
-        key: &str,
-        deadline: Option<Instant>,
-    ) -> Option<Subscription> {
-        let listener = self.inner.listener.as_ref()?;
-        let ready_by = opt_min(Instant::now() + LISTEN_READY_TIMEOUT, deadline);
-        listener.subscribe(key, ready_by).await
-    }
-
-    /// Sleeps until `subscription` reports a release, `lapses_in` (server-measured) has passed,
-    /// or the deadline; without a subscription, at most [`ClientBuilder::poll_cap`].
-    pub(crate) async fn sleep_until_released(
-        &self,
-        subscription: Option<&Subscription>,
-        lapses_in: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<()> {
-        let now = Instant::now();
-        let mut wake = now + lapses_in + LAPSE_SLACK;
-        if subscription.is_none() {
-            wake = wake.min(now + self.inner.options.poll_cap);
-        }
-        let wake = opt_min(wake, deadline);
-        let released = async {
-            match subscription {
-                Some(s) => s.released().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = released => Ok(()),
-            () = sleep_until(wake) => Ok(()),
-            () = self.inner.root.cancelled() => Err(Error::closed()),
-        }
+        Ok(Ok(Lease::new(shared, conns.clone(), self.clone(), control)))
     }
 }
 
@@ -1058,7 +575,7 @@ impl Client {
 struct InFlight {
     conn: Option<Object>,
     slot: Option<SlotGuard>,
-    pool: Pool,
+    conns: Connections,
     key: String,
     owner: String,
     armed: bool,
@@ -1072,7 +589,7 @@ impl Drop for InFlight {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (conn, slot, pool) = (self.conn.take(), self.slot.take(), self.pool.clone());
+        let (conn, slot, conns) = (self.conn.take(), self.slot.take(), self.conns.clone());
         let (key, owner) = (
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),
@@ -1084,7 +601,7 @@ impl Drop for InFlight {
                 // after the acquire on the server.
                 let conn = match conn {
                     Some(conn) if !conn.is_closed() => conn,
-                    _ => keepalive::checkout(&pool, deadline).await?,
+                    _ => conns.checkout(deadline).await?,
                 };
                 if let Some(state) = calls::inspect(&**conn, &key).await?
                     && state.held
@@ -1097,142 +614,5 @@ impl Drop for InFlight {
             let _ = tokio::time::timeout_at(deadline, cleanup).await;
             drop(slot);
         });
-    }
-}
-
-/// The keys this client holds or is acquiring: one lease per key per client.
-#[derive(Default)]
-pub(crate) struct Slots {
-    held: Mutex<HashMap<String, u64>>,
-    next_id: AtomicU64,
-    /// Notified whenever a slot is freed.
-    freed: Notify,
-}
-
-impl Slots {
-    /// Reserves `key`, or `None` if this client already holds or is acquiring it.
-    fn claim(self: &Arc<Self>, key: &str) -> Option<SlotGuard> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.contains_key(key) {
-            return None;
-        }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        held.insert(key.to_owned(), id);
-        Some(SlotGuard {
-            slots: Arc::clone(self),
-            key: key.to_owned(),
-            id,
-        })
-    }
-}
-
-/// A reserved key; frees it on drop.
-pub(crate) struct SlotGuard {
-    slots: Arc<Slots>,
-    key: String,
-    id: u64,
-}
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        let mut held = self
-            .slots
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if held.get(&self.key) == Some(&self.id) {
-            held.remove(&self.key);
-        }
-        drop(held);
-        self.slots.freed.notify_waiters();
-    }
-}
-
-/// Whether retrying the same call may succeed: no answer, or a server error that says nothing
-/// about the lease (connection exceptions, shutdown, resource limits, serialization, cancels).
-pub(crate) fn is_transient(e: &Error) -> bool {
-    if e.is_connection() {
-        return true;
-    }
-    match e.code() {
-        Some(code) => {
-            code.starts_with("08")
-                || code.starts_with("53")
-                || code.starts_with("57P")
-                || matches!(code, "40001" | "40P01" | "57014")
-        }
-        None => false,
-    }
-}
-
-fn timed_out(key: &str) -> Error {
-    Error::timeout(format!("acquire of key {key:?}: the wait ran out"))
-}
-
-fn past(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-pub(crate) fn opt_min(at: Instant, deadline: Option<Instant>) -> Instant {
-    deadline.map_or(at, |d| d.min(at))
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// `host:pid:random`: the host name, the process id and 32 random bits.
-fn default_owner() -> String {
-    let random = (keepalive::random_unit() * f64::from(u32::MAX)) as u32;
-    format!("{}:{}:{random:08x}", hostname(), std::process::id())
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is valid for writes of `buf.len()` bytes, as gethostname(2) requires.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".to_owned();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    match std::str::from_utf8(&buf[..end]) {
-        Ok(name) if !name.is_empty() => name.to_owned(),
-        _ => "localhost".to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_owner_is_host_pid_random() {
-        let owner = default_owner();
-        let parts: Vec<&str> = owner.rsplitn(3, ':').collect();
-        assert_eq!(parts.len(), 3, "{owner}");
-        assert_eq!(parts[0].len(), 8);
-        assert_eq!(parts[1], std::process::id().to_string());
-        assert!(!parts[2].is_empty());
-        assert_ne!(default_owner(), owner, "two clients get two owners");
-    }
-
-    #[test]
-    fn a_key_is_reserved_once_per_client_until_its_guard_drops() {
-        let slots = Arc::new(Slots::default());
-        let guard = slots.claim("k").expect("free");
-        assert!(slots.claim("k").is_none());
-        assert!(slots.claim("other").is_some());
-        drop(guard);
-        assert!(slots.claim("k").is_some());
-    }
-
-    #[test]
-    fn transient_errors_are_connection_errors_and_operational_codes() {
-        assert!(is_transient(&Error::connection("gone")));
-        assert!(!is_transient(&Error::invalid_argument("ttl")));
-        assert!(!is_transient(&Error::closed()));
     }
 }

@@ -5,6 +5,10 @@
 //! a former leader is fenced out by the epoch. Candidates wait like [`Client::acquire`] (no
 //! polling). Observers register as waiters, so they are woken by the leader's release or at its
 //! lapse time; while there is no leader they re-check every `min(ttl / 4, 1 s)`.
+//!
+//! Like etcd's election recipe on its `Session`, an election is built on its client's public
+//! calls ([`Client::acquire`], [`Client::inspect`], [`Lease::release`]); the observer waits through
+//! the client's one waiting interface (`wait.rs`), as [`Client::acquire`] does.
 
 use std::fmt;
 use std::pin::Pin;
@@ -12,14 +16,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 
-use crate::calls;
-use crate::client::{Client, is_transient, opt_min};
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::keepalive::backoff;
 use crate::lease::Lease;
 use crate::listener::Subscription;
+use crate::retry::{is_transient, waiting_backoff};
+use crate::wait::Deadline;
 
 /// The holder of an election's key: the leader and its term.
 ///
@@ -68,11 +72,32 @@ pub struct Election {
     ttl: Duration,
 }
 
-impl Election {
-    pub(crate) fn new(client: Client, key: String, ttl: Duration) -> Election {
-        Election { client, key, ttl }
+impl Client {
+    /// A leader election on key `name`, whose leader holds it for `ttl` at a time (renewed by
+    /// the keepalive).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let election = client.election("scheduler-leader", Duration::from_secs(10));
+    /// let leadership = election.campaign().await?;
+    /// println!("leading at epoch {}", leadership.epoch());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn election(&self, name: impl Into<String>, ttl: Duration) -> Election {
+        Election {
+            client: self.clone(),
+            key: name.into(),
+            ttl,
+        }
     }
+}
 
+impl Election {
     /// The election's key.
     ///
     /// # Examples
@@ -109,7 +134,10 @@ impl Election {
     /// # }
     /// ```
     pub async fn campaign(&self) -> Result<Lease> {
-        self.client.acquire_until(&self.key, self.ttl, None).await
+        // A timeout of Duration::MAX waits without bound.
+        self.client
+            .acquire(&self.key, self.ttl, Duration::MAX)
+            .await
     }
 
     /// Gives up the leadership: releases the key, so a waiting candidate takes over at once.
@@ -276,7 +304,8 @@ impl Observer {
     /// The next change; `None` once the client is shut down.
     async fn next(&mut self) -> Option<Result<Option<Leader>>> {
         loop {
-            if self.client.check_open().is_err() {
+            let waits = self.client.waits();
+            if waits.is_closed() {
                 return None;
             }
             match std::mem::replace(&mut self.wait, Wait::None) {
@@ -285,9 +314,8 @@ impl Observer {
                     subscription,
                     lapses_in,
                 } => {
-                    if self
-                        .client
-                        .sleep_until_released(subscription.as_ref(), lapses_in, None)
+                    if waits
+                        .sleep_until_released(subscription.as_ref(), lapses_in, Deadline::NEVER)
                         .await
                         .is_err()
                     {
@@ -295,9 +323,8 @@ impl Observer {
                     }
                 }
                 Wait::Until(at) => {
-                    tokio::select! {
-                        () = sleep_until(at) => {}
-                        () = self.client.shutdown_token().cancelled() => return None,
+                    if waits.sleep_until(at).await.is_err() {
+                        return None;
                     }
                 }
             }
@@ -311,15 +338,11 @@ impl Observer {
                     }
                 }
                 Err(e) => {
-                    if self.client.check_open().is_err() {
+                    if self.client.waits().is_closed() {
                         return None;
                     }
                     self.failures = self.failures.saturating_add(1);
-                    let delay = backoff(
-                        Duration::from_millis(50),
-                        Duration::from_secs(2),
-                        self.failures,
-                    );
+                    let delay = waiting_backoff(self.failures);
                     self.wait = Wait::Until(Instant::now() + delay);
                     if !is_transient(&e) || self.failures == 1 {
                         return Some(Err(e));
@@ -331,11 +354,11 @@ impl Observer {
 
     /// The current leader, and what to wait for before looking again.
     async fn look(&self) -> Result<(Option<Leader>, Wait)> {
-        let subscription = self.client.subscribe(&self.key, None).await;
-        let waiter = {
-            let conn = self.client.get().await?;
-            calls::register_waiter(&**conn, &self.key).await?
-        };
+        let (subscription, waiter) = self
+            .client
+            .waits()
+            .watch(&self.key, Deadline::NEVER)
+            .await?;
         match (waiter.held, waiter.owner, waiter.epoch, waiter.lapses_in) {
             (true, Some(owner), Some(epoch), Some(lapses_in)) => Ok((
                 Some(Leader { owner, epoch }),
@@ -344,10 +367,7 @@ impl Observer {
                     lapses_in,
                 },
             )),
-            _ => Ok((
-                None,
-                Wait::Until(opt_min(Instant::now() + self.leaderless_poll, None)),
-            )),
+            _ => Ok((None, Wait::Until(Instant::now() + self.leaderless_poll))),
         }
     }
 }

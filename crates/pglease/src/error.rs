@@ -9,7 +9,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-use crate::lease::LostReason;
+use crate::lost::LostReason;
 use crate::sqlstate;
 
 /// A `Result` whose error type defaults to [`Error`].

@@ -18,6 +18,9 @@
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
 //!   puts the SQL API into a database, either with `CREATE EXTENSION` or, on managed PostgreSQL
 //!   without the extension files, by running the extension's own scripts ([`MIGRATIONS`]).
+//! - **Limits and identity** ([`limits`], [`hostname`]): the lengths and durations the SQL API
+//!   accepts (the one table of them), and the host name the default owner identities are built
+//!   from.
 //! - **Errors** ([`Error`], [`sqlstate`]): one opaque error type; server errors keep their SQLSTATE
 //!   ([`Error::code`]); [`Error::is_lease_lost`] and [`Error::is_fenced`] name the two ways a
 //!   lease stops being yours.
@@ -84,30 +87,55 @@
 
 #![warn(missing_docs)]
 
+// The calls of the SQL API: the public calls, their result types, the row decoders, and the
+// client's variants on pooled connections.
 mod calls;
+mod pooled;
+mod results;
+mod rows;
+
+// The client: its builder, the acquire attempt, waiting, per-key slots, retrying, owner identity.
+mod builder;
 mod client;
+mod identity;
+mod retry;
+mod slots;
+mod wait;
+
+// A held lease: the handle, its guard, the state they share with the keepalive, why it ends, and
+// its timing.
+mod guard;
+mod keepalive;
+mod lease;
+mod lost;
+mod shared;
+mod timing;
+
 mod election;
 mod error;
 mod fence;
 mod install;
-mod keepalive;
-mod lease;
+pub mod limits;
 mod listener;
 pub mod sqlstate;
 
+pub use builder::ClientBuilder;
 pub use calls::{
-    Grant, LeaseState, ListedLease, MAX_DURATION, Renewal, Status, Waiter, acquire, fence, inspect,
-    list, purge, register_waiter, release, renew,
+    MAX_DURATION, acquire, fence, inspect, list, purge, register_waiter, release, renew,
 };
-pub use client::{Client, ClientBuilder};
+pub use client::Client;
 pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
 pub use fence::Fence;
+pub use guard::LeaseGuard;
+pub use identity::hostname;
 pub use install::{
     CONTROL, EXTENSIONS, Extension, Installed, LOCK_KEY, MIGRATIONS, Migration, PG_LEASE, VERSION,
     Via, check_version, create_extension, install, installed,
 };
-pub use lease::{Lease, LeaseGuard, LostReason};
+pub use lease::Lease;
+pub use lost::LostReason;
+pub use results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
 
 /// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
 pub use deadpool_postgres;

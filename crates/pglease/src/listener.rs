@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, Result};
-use crate::keepalive::backoff;
+use crate::retry::waiting_backoff;
 
 /// The channel `lease.release` notifies (payload: the key) when a waiter registered.
 pub(crate) const CHANNEL: &str = "pg_lease_released";
@@ -207,8 +207,7 @@ impl Task {
                 }
                 Err(_) => {
                     failures = failures.saturating_add(1);
-                    let delay =
-                        backoff(Duration::from_millis(50), Duration::from_secs(2), failures);
+                    let delay = waiting_backoff(failures);
                     tokio::select! {
                         () = self.shutdown.cancelled() => return,
                         () = sleep(delay) => {}

@@ -1,0 +1,276 @@
+//! The values pg_lease's calls return: [`Grant`] (acquire), [`Status`] and [`Renewal`] (renew,
+//! release), [`LeaseState`] and [`ListedLease`] (inspect, list) and [`Waiter`] (register_waiter).
+//!
+//! Each mirrors one result shape of the SQL API; the decoders that check a row's shape and build
+//! these values are in `rows.rs`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime};
+
+use crate::error::{Error, Result};
+use crate::lost::LostReason;
+
+/// A lease granted by [`acquire`](crate::acquire): the fencing epoch and the expiry, both decided
+/// by the server.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+/// let ttl = Duration::from_secs(30);
+/// if let Some(grant) = pglease::acquire(db, "job-42", "worker-a1", ttl, Duration::ZERO).await? {
+///     println!("epoch {} until {:?}", grant.epoch, grant.expires_at);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Grant {
+    /// The fencing epoch of this grant; greater than every earlier epoch of the key.
+    pub epoch: i64,
+    /// Server time at which the lease lapses unless renewed.
+    pub expires_at: SystemTime,
+}
+
+/// The outcome of [`renew`](crate::renew) and [`release`](crate::release), mapping one-to-one to
+/// the SQL API's status strings.
+///
+/// The refusals are reported in this precedence: [`Status::NotOwner`], then [`Status::Lapsed`],
+/// then [`Status::EpochMismatch`]. A refused call changed nothing.
+///
+/// # Examples
+///
+/// ```
+/// use pglease::Status;
+/// let status: Status = "not_owner".parse().unwrap();
+/// assert!(!status.is_ok());
+/// assert_eq!(status, Status::NotOwner);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// `ok`: the owner held the key at that epoch; the call took effect.
+    Ok,
+    /// `not_owner`: the key is unknown, free, or held (or last held, if lapsed) by another owner.
+    NotOwner,
+    /// `lapsed`: the owner's lease expired; it must re-acquire (and gets a new epoch).
+    Lapsed,
+    /// `epoch_mismatch`: the owner holds the key, but at another epoch than the one presented.
+    EpochMismatch,
+}
+
+impl Status {
+    /// The SQL API's string for this status: `ok`, `not_owner`, `lapsed` or `epoch_mismatch`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(pglease::Status::EpochMismatch.as_str(), "epoch_mismatch");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::NotOwner => "not_owner",
+            Status::Lapsed => "lapsed",
+            Status::EpochMismatch => "epoch_mismatch",
+        }
+    }
+
+    /// Whether the call took effect (`ok`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(pglease::Status::Ok.is_ok());
+    /// assert!(!pglease::Status::Lapsed.is_ok());
+    /// ```
+    pub const fn is_ok(self) -> bool {
+        matches!(self, Status::Ok)
+    }
+
+    /// Why a lease ended, for a refused renew or release (`None` for [`Status::Ok`]).
+    pub(crate) fn lost_reason(self) -> Option<LostReason> {
+        match self {
+            Status::Ok => None,
+            Status::NotOwner => Some(LostReason::NotOwner),
+            Status::Lapsed => Some(LostReason::Lapsed),
+            Status::EpochMismatch => Some(LostReason::EpochMismatch),
+        }
+    }
+}
+
+impl FromStr for Status {
+    type Err = Error;
+
+    /// Parses one of the SQL API's status strings, exactly (case-sensitive, no whitespace).
+    ///
+    /// # Errors
+    ///
+    /// Any other string is a protocol error ([`Error::is_protocol`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pglease::Status;
+    /// assert_eq!("lapsed".parse::<Status>().unwrap(), Status::Lapsed);
+    /// assert!("LAPSED".parse::<Status>().unwrap_err().is_protocol());
+    /// ```
+    fn from_str(s: &str) -> Result<Status> {
+        match s {
+            "ok" => Ok(Status::Ok),
+            "not_owner" => Ok(Status::NotOwner),
+            "lapsed" => Ok(Status::Lapsed),
+            "epoch_mismatch" => Ok(Status::EpochMismatch),
+            other => Err(Error::protocol(format!("unknown lease status {other:?}"))),
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    /// Writes [`Status::as_str`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome of [`renew`](crate::renew): the status and, when it is [`Status::Ok`], the new expiry.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client, epoch: i64) -> pglease::Result<()> {
+/// let ttl = std::time::Duration::from_secs(30);
+/// let renewal = pglease::renew(db, "job-42", "worker-a1", epoch, ttl).await?;
+/// match renewal.expires_at {
+///     Some(at) => println!("renewed until {at:?}"),
+///     None => println!("refused: {}", renewal.status),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Renewal {
+    /// Whether the renewal took effect, and if not, why.
+    pub status: Status,
+    /// The new expiry (server time + ttl): `Some` exactly when `status` is [`Status::Ok`].
+    pub expires_at: Option<SystemTime>,
+}
+
+/// A key's state as the server judges it now, from [`inspect`](crate::inspect) and
+/// [`list`](crate::list).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// if let Some(state) = pglease::inspect(db, "job-42").await? {
+///     println!("held={} owner={:?} epoch={}", state.held, state.owner, state.epoch);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseState {
+    /// Whether an owner holds the key now (granted and not lapsed).
+    pub held: bool,
+    /// The holder: `Some` exactly when `held`.
+    pub owner: Option<String>,
+    /// Held: the holder's epoch. Not held: the key's fencing counter, so every epoch `<=` it is
+    /// stale and the next grant is greater.
+    pub epoch: i64,
+    /// The holder's expiry: `Some` exactly when `held`.
+    pub expires_at: Option<SystemTime>,
+}
+
+/// One row of [`list`](crate::list): a key and its state.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// for listed in pglease::list(db, None).await? {
+///     println!("{}: {:?}", listed.key, listed.state);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListedLease {
+    /// The key.
+    pub key: String,
+    /// Its state, with the same meaning as [`inspect`](crate::inspect)'s.
+    pub state: LeaseState,
+}
+
+/// The answer of [`register_waiter`](crate::register_waiter): the holder the waiter waits for, and
+/// when its lease lapses.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let waiter = pglease::register_waiter(db, "job-42").await?;
+/// if waiter.held {
+///     println!("held by {:?} for {:?}", waiter.owner, waiter.lapses_in);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Waiter {
+    /// Whether an owner holds the key now. `false`: the key is free, lapsed or unknown, so acquire
+    /// it now (the other fields are `None`).
+    pub held: bool,
+    /// The holder: `Some` exactly when `held`.
+    pub owner: Option<String>,
+    /// The holder's epoch: `Some` exactly when `held`.
+    pub epoch: Option<i64>,
+    /// The holder's expiry (server time): `Some` exactly when `held`.
+    pub expires_at: Option<SystemTime>,
+    /// How long until the holder's lease lapses, measured on the server clock when the call ran
+    /// (rounded up to whole microseconds): `Some` exactly when `held`.
+    pub lapses_in: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Status; 4] = [
+        Status::Ok,
+        Status::NotOwner,
+        Status::Lapsed,
+        Status::EpochMismatch,
+    ];
+
+    #[test]
+    fn status_strings_round_trip() {
+        for s in ALL {
+            assert_eq!(s.as_str().parse::<Status>().unwrap(), s);
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        let strings: Vec<&str> = ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(strings, ["ok", "not_owner", "lapsed", "epoch_mismatch"]);
+    }
+
+    #[test]
+    fn status_strings_appear_in_the_sql() {
+        for s in ALL {
+            let quoted = format!("'{}'", s.as_str());
+            assert!(
+                crate::install::MIGRATIONS[0].script.contains(&quoted),
+                "{quoted}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_status_is_a_protocol_error() {
+        for bad in ["", "OK", " ok", "ok ", "held", "not-owner", "\u{0}"] {
+            let e = bad.parse::<Status>().unwrap_err();
+            assert!(e.is_protocol(), "{bad:?}");
+            assert_eq!(e.code(), None);
+        }
+    }
+}

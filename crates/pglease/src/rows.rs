@@ -1,0 +1,182 @@
+//! Row decoders: one per result shape of the SQL API, each checking the shape (which columns are
+//! NULL together) and building the value, so the public calls and the pooled calls decode alike.
+//!
+//! A row of any other shape is a protocol error ([`Error::is_protocol`]), naming the call.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::Row;
+use tokio_postgres::types::FromSql;
+
+use crate::error::{Error, Result};
+use crate::results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
+
+/// A grant together with the time left on it, measured on the server clock after the call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TimedGrant {
+    pub(crate) grant: Grant,
+    pub(crate) remaining: Duration,
+}
+
+/// The only row of `rows`.
+pub(crate) fn one_row(rows: Vec<Row>, call: &str) -> Result<Row> {
+    let n = rows.len();
+    let mut rows = rows.into_iter();
+    match (rows.next(), n) {
+        (Some(row), 1) => Ok(row),
+        _ => Err(Error::protocol(format!(
+            "{call} returned {n} rows, expected 1"
+        ))),
+    }
+}
+
+/// Column `idx` of `row` as `T`; a missing column or another type is a protocol error.
+pub(crate) fn get<'a, T: FromSql<'a>>(row: &'a Row, idx: usize, call: &str) -> Result<T> {
+    row.try_get(idx)
+        .map_err(|e| Error::protocol(format!("{call}: column {idx}: {e}")))
+}
+
+/// A count of microseconds (never negative) as a duration; a negative count is zero.
+fn micros(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+/// `(acquired, epoch, expires_at)`: `Some` grant, or `None` if another owner holds the key.
+pub(crate) fn grant(row: &Row, call: &str) -> Result<Option<Grant>> {
+    let acquired: Option<bool> = get(row, 0, call)?;
+    let epoch: Option<i64> = get(row, 1, call)?;
+    let expires_at: Option<SystemTime> = get(row, 2, call)?;
+    match (acquired, epoch, expires_at) {
+        (Some(true), Some(epoch), Some(expires_at)) => Ok(Some(Grant { epoch, expires_at })),
+        (Some(false), None, None) => Ok(None),
+        other => Err(Error::protocol(format!(
+            "{call} returned (acquired, epoch, expires_at) = {other:?}"
+        ))),
+    }
+}
+
+/// `(acquired, epoch, expires_at, remaining µs)`: a [`grant`] with the time left on it.
+pub(crate) fn timed_grant(row: &Row, call: &str) -> Result<Option<TimedGrant>> {
+    let remaining: Option<i64> = get(row, 3, call)?;
+    match (grant(row, call)?, remaining) {
+        (Some(grant), Some(remaining)) => Ok(Some(TimedGrant {
+            grant,
+            remaining: micros(remaining),
+        })),
+        (None, None) => Ok(None),
+        (grant, remaining) => Err(Error::protocol(format!(
+            "{call} returned grant {grant:?} with remaining {remaining:?}"
+        ))),
+    }
+}
+
+/// `(status, ...)`: column 0 as a [`Status`].
+pub(crate) fn status(row: &Row, call: &str) -> Result<Status> {
+    let s: Option<&str> = get(row, 0, call)?;
+    s.ok_or_else(|| Error::protocol(format!("{call} returned a NULL status")))?
+        .parse()
+}
+
+/// `(status, expires_at)`: a [`Renewal`], with an expiry exactly when `ok`.
+pub(crate) fn renewal(row: &Row, call: &str) -> Result<Renewal> {
+    let status = status(row, call)?;
+    let expires_at: Option<SystemTime> = get(row, 1, call)?;
+    if status.is_ok() != expires_at.is_some() {
+        return Err(Error::protocol(format!(
+            "{call} returned status {status} with expires_at {expires_at:?}"
+        )));
+    }
+    Ok(Renewal { status, expires_at })
+}
+
+/// `(status, expires_at, remaining µs)`: a [`renewal`] and, when `ok`, the time left on it.
+pub(crate) fn timed_renewal(row: &Row, call: &str) -> Result<(Renewal, Option<Duration>)> {
+    let renewal = renewal(row, call)?;
+    let remaining: Option<i64> = get(row, 2, call)?;
+    if renewal.expires_at.is_some() != remaining.is_some() {
+        return Err(Error::protocol(format!(
+            "{call} returned status {} with expires_at {:?}",
+            renewal.status, renewal.expires_at
+        )));
+    }
+    Ok((renewal, remaining.map(micros)))
+}
+
+/// Columns `first..first + 4`, `(held, owner, epoch, expires_at)`: a [`LeaseState`], with an owner
+/// and an expiry exactly when held.
+pub(crate) fn lease_state(row: &Row, first: usize, call: &str) -> Result<LeaseState> {
+    let held: Option<bool> = get(row, first, call)?;
+    let owner: Option<String> = get(row, first + 1, call)?;
+    let epoch: Option<i64> = get(row, first + 2, call)?;
+    let expires_at: Option<SystemTime> = get(row, first + 3, call)?;
+    match (held, epoch) {
+        (Some(held), Some(epoch)) if held == owner.is_some() && held == expires_at.is_some() => {
+            Ok(LeaseState {
+                held,
+                owner,
+                epoch,
+                expires_at,
+            })
+        }
+        _ => Err(Error::protocol(format!(
+            "{call} returned (held, owner, epoch, expires_at) = \
+             ({held:?}, {owner:?}, {epoch:?}, {expires_at:?})"
+        ))),
+    }
+}
+
+/// `(key, held, owner, epoch, expires_at)`: a [`ListedLease`].
+pub(crate) fn listed(row: &Row, call: &str) -> Result<ListedLease> {
+    Ok(ListedLease {
+        key: get(row, 0, call)?,
+        state: lease_state(row, 1, call)?,
+    })
+}
+
+/// `(held, owner, epoch, expires_at, lapses_in µs)`: a [`Waiter`], every other field `Some`
+/// exactly when held.
+pub(crate) fn waiter(row: &Row, call: &str) -> Result<Waiter> {
+    let held: Option<bool> = get(row, 0, call)?;
+    let owner: Option<String> = get(row, 1, call)?;
+    let epoch: Option<i64> = get(row, 2, call)?;
+    let expires_at: Option<SystemTime> = get(row, 3, call)?;
+    let lapses_in: Option<i64> = get(row, 4, call)?;
+    match held {
+        Some(true) if owner.is_some() && epoch.is_some() && expires_at.is_some() => {
+            let lapses_in = lapses_in
+                .map(micros)
+                .ok_or_else(|| Error::protocol(format!("{call} returned a NULL lapses_in")))?;
+            Ok(Waiter {
+                held: true,
+                owner,
+                epoch,
+                expires_at,
+                lapses_in: Some(lapses_in),
+            })
+        }
+        Some(false) if owner.is_none() && epoch.is_none() && expires_at.is_none() => Ok(Waiter {
+            held: false,
+            owner: None,
+            epoch: None,
+            expires_at: None,
+            lapses_in: None,
+        }),
+        _ => Err(Error::protocol(format!(
+            "{call} returned (held, owner, epoch, expires_at, lapses_in) = \
+             ({held:?}, {owner:?}, {epoch:?}, {expires_at:?}, {lapses_in:?})"
+        ))),
+    }
+}
+
+/// `(expires_at)`, never NULL: fence's answer.
+pub(crate) fn expiry(row: &Row, call: &str) -> Result<SystemTime> {
+    let expires_at: Option<SystemTime> = get(row, 0, call)?;
+    expires_at.ok_or_else(|| Error::protocol(format!("{call} returned NULL")))
+}
+
+/// `(count)`, never NULL or negative: purge's answer.
+pub(crate) fn count(row: &Row, call: &str) -> Result<u64> {
+    let n: Option<i64> = get(row, 0, call)?;
+    n.and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| Error::protocol(format!("{call} returned {n:?}")))
+}

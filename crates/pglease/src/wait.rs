@@ -1,0 +1,226 @@
+//! Waiting for a key without polling and without holding a pooled connection: [`Waits`], the one
+//! interface through which the client's blocking calls wait ([`crate::Client::acquire`], the
+//! observer of [`crate::Election::observe`], and whatever else waits for a key's release).
+//!
+//! A wait subscribes to the key's releases on the client's shared `LISTEN` connection first, then
+//! registers as a waiter (`lease.register_waiter`, which also reports the holder's lapse time as
+//! the server measures it), and sleeps until the release notification, the lapse, or its
+//! [`Deadline`]. Without a listening connection (pooler mode, or while it is down) it sleeps until
+//! the lapse, at most `poll_cap` at a time. Transient errors are retried with backoff until the
+//! deadline.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::calls;
+use crate::error::{Error, Result};
+use crate::listener::{Listener, Subscription};
+use crate::pooled::Connections;
+use crate::results::Waiter;
+use crate::retry;
+
+/// How long a wait gives the listening connection to come up before it sleeps without it.
+const LISTEN_READY_TIMEOUT: Duration = Duration::from_secs(2);
+/// Slack added to a server-reported lapse time, so the retry comes after the lapse.
+const LAPSE_SLACK: Duration = Duration::from_millis(2);
+
+/// When a wait gives up: an instant, or never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadline(Option<Instant>);
+
+impl Deadline {
+    /// No deadline: wait without bound.
+    pub(crate) const NEVER: Deadline = Deadline(None);
+
+    /// `timeout` from now; a timeout too large for an instant (e.g. `Duration::MAX`) is never.
+    pub(crate) fn after(timeout: Duration) -> Deadline {
+        Deadline(Instant::now().checked_add(timeout))
+    }
+
+    /// Whether the deadline has passed.
+    pub(crate) fn passed(self) -> bool {
+        self.0.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// The earlier of `at` and the deadline.
+    pub(crate) fn cap(self, at: Instant) -> Instant {
+        self.0.map_or(at, |d| d.min(at))
+    }
+
+    /// Completes when the deadline passes (never, for [`Deadline::NEVER`]).
+    pub(crate) async fn reached(self) {
+        match self.0 {
+            Some(deadline) => sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The timeout error of a wait for `what` (e.g. "acquire of key \"k\"").
+pub(crate) fn ran_out(what: &str) -> Error {
+    Error::timeout(format!("{what}: the wait ran out"))
+}
+
+/// One attempt of a call that waits its turn: done, or refused because another owner holds the
+/// key (then [`Waits::retry_until`] waits for the key's release or lapse, and tries again).
+pub(crate) enum Attempt<T> {
+    /// The call succeeded: its value is the waiting call's result.
+    Done(T),
+    /// Another owner holds the key: wait for its turn, then try again.
+    Held,
+}
+
+/// What a client's waits need: its pooled connections (to register as a waiter), its listening
+/// connection (if any), the cap on one sleep without it, and its shutdown, which ends every wait
+/// with [`Error::is_closed`].
+pub(crate) struct Waits {
+    conns: Connections,
+    listener: Option<Listener>,
+    poll_cap: Duration,
+    shutdown: CancellationToken,
+}
+
+impl Waits {
+    pub(crate) fn new(
+        conns: Connections,
+        listener: Option<Listener>,
+        poll_cap: Duration,
+        shutdown: CancellationToken,
+    ) -> Waits {
+        Waits {
+            conns,
+            listener,
+            poll_cap,
+            shutdown,
+        }
+    }
+
+    /// The listening connection, if this client waits with `LISTEN`.
+    pub(crate) fn listener(&self) -> Option<&Listener> {
+        self.listener.as_ref()
+    }
+
+    /// Whether the client has shut down.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// Runs `attempt` until it is done: after [`Attempt::Held`], waits for the turn of `key`
+    /// ([`Waits::wait_for_turn`]); after a transient error (of the attempt or of the wait),
+    /// backs off. Fails with a timeout naming `what` once `deadline` passes, with
+    /// [`Error::is_closed`] on shutdown, and with any other error of the attempt at once.
+    pub(crate) async fn retry_until<T, F, Fut>(
+        &self,
+        what: &str,
+        key: &str,
+        deadline: Deadline,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>>>,
+    {
+        let mut failures = 0u32;
+        loop {
+            self.conns.check_open()?;
+            let result = match attempt().await {
+                Ok(Attempt::Done(done)) => return Ok(done),
+                Ok(Attempt::Held) => {
+                    if deadline.passed() {
+                        return Err(ran_out(what));
+                    }
+                    self.wait_for_turn(key, deadline).await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => failures = 0,
+                Err(e) if retry::is_transient(&e) => {
+                    failures = failures.saturating_add(1);
+                    let delay = retry::waiting_backoff(failures);
+                    self.sleep_until(deadline.cap(Instant::now() + delay))
+                        .await?;
+                    if deadline.passed() {
+                        return Err(ran_out(what));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits (without a pooled connection) until `key` may be free: released, lapsed, or the
+    /// deadline. Returns at once if the key is not held.
+    pub(crate) async fn wait_for_turn(&self, key: &str, deadline: Deadline) -> Result<()> {
+        let (subscription, waiter) = self.watch(key, deadline).await?;
+        let Some(lapses_in) = waiter.lapses_in.filter(|_| waiter.held) else {
+            return Ok(());
+        };
+        self.sleep_until_released(subscription.as_ref(), lapses_in, deadline)
+            .await
+    }
+
+    /// Subscribes to the releases of `key` (if the listening connection comes up in time), then
+    /// registers as its waiter: the holder, and when its lease lapses.
+    pub(crate) async fn watch(
+        &self,
+        key: &str,
+        deadline: Deadline,
+    ) -> Result<(Option<Subscription>, Waiter)> {
+        let subscription = self.subscribe(key, deadline).await;
+        let conn = self.conns.get().await?;
+        let waiter = calls::register_waiter(&**conn, key).await?;
+        Ok((subscription, waiter))
+    }
+
+    /// Subscribes to releases of `key` on the listening connection, if this client has one and
+    /// it comes up in time.
+    async fn subscribe(&self, key: &str, deadline: Deadline) -> Option<Subscription> {
+        let listener = self.listener.as_ref()?;
+        let ready_by = deadline.cap(Instant::now() + LISTEN_READY_TIMEOUT);
+        listener.subscribe(key, ready_by).await
+    }
+
+    /// Sleeps until `subscription` reports a release, `lapses_in` (server-measured) has passed,
+    /// or the deadline; without a subscription, at most [`crate::ClientBuilder::poll_cap`].
+    pub(crate) async fn sleep_until_released(
+        &self,
+        subscription: Option<&Subscription>,
+        lapses_in: Duration,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let now = Instant::now();
+        let mut wake = now + lapses_in + LAPSE_SLACK;
+        if subscription.is_none() {
+            wake = wake.min(now + self.poll_cap);
+        }
+        let wake = deadline.cap(wake);
+        let released = async {
+            match subscription {
+                Some(s) => s.released().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = released => Ok(()),
+            () = sleep_until(wake) => Ok(()),
+            () = self.shutdown.cancelled() => Err(Error::closed()),
+        }
+    }
+
+    /// Sleeps until `at`, or fails with [`Error::is_closed`] when the client shuts down first.
+    pub(crate) async fn sleep_until(&self, at: Instant) -> Result<()> {
+        tokio::select! {
+            () = sleep_until(at) => Ok(()),
+            () = self.shutdown.cancelled() => Err(Error::closed()),
+        }
+    }
+
+    /// Completes when the client shuts down.
+    pub(crate) async fn closed(&self) {
+        self.shutdown.cancelled().await;
+    }
+}
