@@ -541,7 +541,9 @@ fn free_port() -> Result<u16> {
     Ok(port)
 }
 
-pub(crate) async fn spawn_connection(config: tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+pub(crate) async fn spawn_connection(
+    config: tokio_postgres::Config,
+) -> Result<tokio_postgres::Client> {
     let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;

@@ -140,8 +140,11 @@ impl ExtensionFiles {
 
     /// Every file (name, text): the control file first, then the scripts in the order added.
     pub fn files(&self) -> impl Iterator<Item = (&str, &str)> {
-        std::iter::once((self.control_name.as_str(), &*self.control))
-            .chain(self.scripts.iter().map(|(name, text)| (name.as_str(), &**text)))
+        std::iter::once((self.control_name.as_str(), &*self.control)).chain(
+            self.scripts
+                .iter()
+                .map(|(name, text)| (name.as_str(), &**text)),
+        )
     }
 
     /// Writes the files into `ext_dir` (a share directory's `extension/`), each atomically

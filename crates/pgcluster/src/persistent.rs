@@ -280,9 +280,14 @@ impl PersistentCluster {
         create_dir(&staging, 0o700)?;
         user::chown_to(&staging, user)?;
         let mut cmd = Command::new(installation.bin("initdb"));
-        cmd.arg("-D")
-            .arg(&staging)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"]);
+        cmd.arg("-D").arg(&staging).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]);
         if let Err((status, output)) = self.run_as_server(cmd, user)? {
             let _ = fs::remove_dir_all(&staging);
             return Err(Error::Initdb {

@@ -138,7 +138,14 @@ impl LocalServer {
             lock.start(major).map(|started| (started, lock))
         })
         .await?
-        .map_err(|e| exit::context(format!("local server in {}", self.dir().display()), e))?;
+        .map_err(|e| {
+            // The directory is at fault: say how to choose another.
+            let hint = match e {
+                pgcluster::Error::Directory { .. } => " (set PGLEASE_LOCAL_DIR)",
+                _ => "",
+            };
+            exit::context(format!("local server in {}{hint}", self.dir().display()), e)
+        })?;
         // Still under the lock: concurrent first starts install once (the installers also lock).
         self.ensure_installed()
             .await

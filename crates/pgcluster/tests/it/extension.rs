@@ -130,7 +130,11 @@ fn an_extension_directory_reads_as_its_files() {
         .collect();
     assert_eq!(read, expected);
 
-    std::fs::write(dir.path().join("second.control"), "default_version = '1.0'\n").unwrap();
+    std::fs::write(
+        dir.path().join("second.control"),
+        "default_version = '1.0'\n",
+    )
+    .unwrap();
     let err = ExtensionFiles::from_dir(dir.path()).unwrap_err();
     assert!(err.to_string().contains("control"), "{err}");
 }

@@ -110,7 +110,10 @@ async fn a_detached_server_outlives_its_handle_and_is_attached_again() {
     assert!(again.stop().unwrap(), "it was running");
     assert!(again.attach().is_none());
     wait_until("the postmaster to exit", || pid_gone(pid as i32));
-    assert!(!again.stop().unwrap(), "stopping a stopped server is a no-op");
+    assert!(
+        !again.stop().unwrap(),
+        "stopping a stopped server is a no-op"
+    );
 
     // The data directory persists: the next start runs it again with its data.
     let restarted = again.start(15).unwrap();
@@ -156,4 +159,58 @@ fn stopping_a_directory_never_created_creates_nothing() {
     let dir = Dir::new();
     assert!(!dir.cluster.stop().unwrap());
     assert!(!dir.cluster.root().exists());
+}
+
+/// Environment variable that turns [`persistent_starter_child`] into a real helper process: the
+/// directory to start a persistent cluster in.
+const STARTER_CHILD_ENV: &str = "PGCLUSTER_TEST_PERSISTENT_DIR";
+
+/// Helper run in a child process by [`a_detached_server_outlives_the_process_that_started_it`]:
+/// starts the persistent cluster, reports its pid on stdout, and returns, so the process exits
+/// normally (running pgcluster's exit-time clean-up).
+#[test]
+#[ignore = "helper process for a_detached_server_outlives_the_process_that_started_it"]
+fn persistent_starter_child() {
+    let Some(dir) = std::env::var_os(STARTER_CHILD_ENV) else {
+        return;
+    };
+    let started = PersistentCluster::new(dir).start(15).unwrap();
+    println!("STARTED {}", started.server.pid());
+}
+
+#[tokio::test]
+async fn a_detached_server_outlives_the_process_that_started_it() {
+    let dir = Dir::new();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "persistent::persistent_starter_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(STARTER_CHILD_ENV, dir.cluster.root())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the helper failed: {}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let pid: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("STARTED "))
+        .expect("the helper reports its server")
+        .trim()
+        .parse()
+        .unwrap();
+
+    let server = dir
+        .cluster
+        .attach()
+        .expect("the server outlives its starter");
+    assert_eq!(server.pid(), pid);
+    let client = server.connect("postgres").await.unwrap();
+    let one: i32 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    drop(client);
+    assert!(dir.cluster.stop().unwrap());
+    wait_until("the postmaster to exit", || pid_gone(pid as i32));
 }
