@@ -5,19 +5,7 @@
 //!
 //! Unlike [`Cluster`](crate::Cluster)s, nothing here is removed on drop or at exit, and nothing
 //! is swept: the directory and the server belong to whoever chose the directory.
-//!
-//! # Layout of the directory
-//!
-//! | path | what |
-//! | --- | --- |
-//! | `data/` | the data directory (`initdb` into `data.init-<pid>/`, then renamed: never half made) |
-//! | `run/` | the unix socket directory (`.s.PGSQL.<port>`); the server listens on no TCP port |
-//! | `server.log` | the server's log (`pg_ctl -l`) |
-//! | `bindir` | the PostgreSQL bin directory the data directory was created with |
-//! | `lock` | `flock`ed while a process starts or stops the server |
-//!
-//! As root, `initdb`, `pg_ctl` and the server run as [`server_user`](crate::server_user), which
-//! must be able to enter every ancestor of the directory (checked before start, with a clear error).
+//! The directory's layout is documented on [`PersistentCluster`].
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -40,9 +28,21 @@ const PG_CTL_TIMEOUT_SECS: u32 = 60;
 /// The longest unix socket path the kernel accepts (`sun_path` is 108 bytes with its NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
-/// A cluster in a directory that outlives the process (see the [module docs](self) for its
-/// layout). Creating the value reads and writes nothing; the data directory is made by the first
-/// [`start`](Self::start).
+/// A cluster in a directory that outlives the process. Creating the value reads and writes
+/// nothing; the data directory is made by the first [`start`](Self::start).
+///
+/// # Layout
+///
+/// | path | what |
+/// | --- | --- |
+/// | `data/` | the data directory (`initdb` into `data.init-<pid>/`, then renamed: never half made) |
+/// | `run/` | the unix socket directory (`.s.PGSQL.<port>`); the server listens on no TCP port |
+/// | `server.log` | the server's log (`pg_ctl -l`) |
+/// | `bindir` | the PostgreSQL bin directory the data directory was created with |
+/// | `lock` | `flock`ed while a process starts or stops the server |
+///
+/// As root, `initdb`, `pg_ctl` and the server run as [`server_user`](crate::server_user), which
+/// must be able to enter every ancestor of the directory (checked before start, with a clear error).
 ///
 /// # Examples
 ///
