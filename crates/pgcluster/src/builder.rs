@@ -1,5 +1,6 @@
 //! Configuring and creating a private cluster.
 
+use std::borrow::Cow;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -9,10 +10,11 @@ use crate::cache::{self, cache_dir};
 use crate::cluster::Cluster;
 use crate::discover::ensure;
 use crate::error::{Error, IoContext, Result};
+use crate::extension::{self, ExtensionFiles};
 use crate::install::Installation;
 use crate::sweep::{DIR_PREFIX, KEEP_FILE, OWNER_FILE};
 use crate::user::{self, ServerUser};
-use crate::{extension, mirror, registry, sweep};
+use crate::{mirror, registry, sweep};
 
 /// Settings every cluster starts with unless overridden with [`ClusterBuilder::setting`].
 const DEFAULT_SETTINGS: &[(&str, &str)] = &[
@@ -28,8 +30,7 @@ const DEFAULT_SETTINGS: &[(&str, &str)] = &[
 pub struct ClusterBuilder {
     installation: Installation,
     settings: Vec<(String, String)>,
-    extension_files: Vec<PathBuf>,
-    extension_dirs: Vec<PathBuf>,
+    extensions: Vec<Extension>,
     initdb_args: Vec<String>,
     force_mirror: bool,
     cache_dir: Option<PathBuf>,
@@ -46,8 +47,7 @@ impl ClusterBuilder {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            extension_files: Vec::new(),
-            extension_dirs: Vec::new(),
+            extensions: Vec::new(),
             initdb_args: Vec::new(),
             force_mirror: false,
             cache_dir: None,
@@ -72,30 +72,44 @@ impl ClusterBuilder {
         self
     }
 
-    /// Installs an extension's control file and SQL scripts into the server's
-    /// `<sharedir>/extension/` before start (see [`extension_dir`](Self::extension_dir) for
-    /// how files are installed).
+    /// Installs an extension whose files are in memory (e.g. embedded with `include_str!`) into
+    /// the server's `<sharedir>/extension/` before start (see
+    /// [`extension_dir`](Self::extension_dir) for how files are installed).
+    pub fn extension(mut self, files: ExtensionFiles) -> ClusterBuilder {
+        self.extensions.push(Extension::Files(files));
+        self
+    }
+
+    /// Installs an extension's control file and SQL scripts, read from disk at
+    /// [`start`](Self::start), into the server's `<sharedir>/extension/` (see
+    /// [`extension_dir`](Self::extension_dir) for how files are installed).
     pub fn extension_files<P: AsRef<Path>>(
         mut self,
         control: impl AsRef<Path>,
         sql_files: impl IntoIterator<Item = P>,
     ) -> ClusterBuilder {
-        self.extension_files.push(control.as_ref().to_path_buf());
-        self.extension_files
-            .extend(sql_files.into_iter().map(|p| p.as_ref().to_path_buf()));
+        self.extensions.push(Extension::Paths {
+            control: control.as_ref().to_path_buf(),
+            scripts: sql_files
+                .into_iter()
+                .map(|p| p.as_ref().to_path_buf())
+                .collect(),
+        });
         self
     }
 
-    /// Installs every `*.control` and `*.sql` file of `dir` and every `*.sql` of `dir/sql/`
-    /// (the pg_lease layout: `extensions/pg_lease/pg_lease.control`, `extensions/pg_lease/sql/pg_lease--0.1.0.sql`).
+    /// Installs the extension in `dir`: its `*.control` file and every `*.sql` of `dir` and
+    /// `dir/sql/` (the pg_lease layout: `extensions/pg_lease/pg_lease.control`,
+    /// `extensions/pg_lease/sql/pg_lease--0.1.0.sql`; see [`ExtensionFiles::from_dir`]).
     ///
     /// Files are copied atomically (temporary name, mode 0644, rename; identical files are
     /// left alone) into the installation's `<sharedir>/extension/`. If that directory is not
     /// writable (e.g. a non-root user with Debian's PostgreSQL), the server instead runs from
     /// a private mirror of the installation in the cache (see [`private_mirror`](Self::private_mirror)).
-    /// [`start`](Self::start) fails if `dir` has no control file.
+    /// [`start`](Self::start) fails if `dir` has no control file (or more than one).
     pub fn extension_dir(mut self, dir: impl AsRef<Path>) -> ClusterBuilder {
-        self.extension_dirs.push(dir.as_ref().to_path_buf());
+        self.extensions
+            .push(Extension::Dir(dir.as_ref().to_path_buf()));
         self
     }
 
@@ -165,16 +179,22 @@ impl ClusterBuilder {
 
     /// The installation the server will run from: the real one, or a private mirror.
     fn server_installation(&self) -> Result<Installation> {
-        let mut files = self.extension_files.clone();
-        for dir in &self.extension_dirs {
-            files.extend(extension::files_in_dir(dir)?);
-        }
-        if files.is_empty() && !self.force_mirror {
+        let extensions = self
+            .extensions
+            .iter()
+            .map(Extension::load)
+            .collect::<Result<Vec<_>>>()?;
+        let install_all = |ext_dir: &Path| {
+            extensions
+                .iter()
+                .try_for_each(|files| files.install(ext_dir))
+        };
+        if extensions.is_empty() && !self.force_mirror {
             return Ok(self.installation.clone());
         }
         let ext_dir = self.installation.sharedir().join("extension");
         if !self.force_mirror && extension::dir_writable(&ext_dir) {
-            match extension::install(&files, &ext_dir) {
+            match install_all(&ext_dir) {
                 Ok(()) => return Ok(self.installation.clone()),
                 Err(Error::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::PermissionDenied
@@ -185,8 +205,34 @@ impl ClusterBuilder {
         let cache = self.cache_dir.clone().unwrap_or_else(cache_dir);
         cache::ensure_dir(&cache)?;
         let mirrored = mirror::mirror(&self.installation, &cache)?;
-        extension::install(&files, &mirrored.sharedir().join("extension"))?;
+        install_all(&mirrored.sharedir().join("extension"))?;
         Ok(mirrored)
+    }
+}
+
+/// An extension to install, as given to the builder; read from disk only at start.
+#[derive(Clone, Debug)]
+enum Extension {
+    /// In memory already.
+    Files(ExtensionFiles),
+    /// A control file and scripts on disk.
+    Paths {
+        control: PathBuf,
+        scripts: Vec<PathBuf>,
+    },
+    /// An extension directory.
+    Dir(PathBuf),
+}
+
+impl Extension {
+    fn load(&self) -> Result<Cow<'_, ExtensionFiles>> {
+        match self {
+            Extension::Files(files) => Ok(Cow::Borrowed(files)),
+            Extension::Paths { control, scripts } => {
+                ExtensionFiles::from_paths(control, scripts).map(Cow::Owned)
+            }
+            Extension::Dir(dir) => ExtensionFiles::from_dir(dir).map(Cow::Owned),
+        }
     }
 }
 

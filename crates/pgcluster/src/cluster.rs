@@ -541,7 +541,9 @@ fn free_port() -> Result<u16> {
     Ok(port)
 }
 
-async fn spawn_connection(config: tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+pub(crate) async fn spawn_connection(
+    config: tokio_postgres::Config,
+) -> Result<tokio_postgres::Client> {
     let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;
@@ -550,7 +552,7 @@ async fn spawn_connection(config: tokio_postgres::Config) -> Result<tokio_postgr
 }
 
 /// Quotes a libpq conninfo value when needed (`'...'` with `\` escapes).
-fn conninfo_quote(value: &str) -> String {
+pub(crate) fn conninfo_quote(value: &str) -> String {
     if !value.is_empty()
         && !value
             .chars()

@@ -65,6 +65,16 @@ pub enum Error {
         seconds: u64,
     },
 
+    /// A directory cannot hold a [`PersistentCluster`](crate::PersistentCluster): the server
+    /// user cannot enter it, or its socket path is too long.
+    #[error("{path}: {reason}")]
+    Directory {
+        /// The directory (or socket path) at fault.
+        path: PathBuf,
+        /// Why, and what to do about it.
+        reason: String,
+    },
+
     /// A file-system or process-spawning operation failed.
     #[error("{context} {path}: {source}")]
     Io {

@@ -1,5 +1,13 @@
-//! Installing extension files (`*.control`, `*.sql`) into an installation's share directory.
+//! An extension's files (its control file and SQL scripts) held in memory, and the one place that
+//! writes extension files into a share directory's `extension/`.
+//!
+//! The builder's [`extension_dir`](crate::ClusterBuilder::extension_dir) and
+//! [`extension_files`](crate::ClusterBuilder::extension_files) read files from disk into an
+//! [`ExtensionFiles`] first; programs that embed their extension (`include_str!`) build one
+//! directly and hand it to [`ClusterBuilder::extension`](crate::ClusterBuilder::extension) or
+//! [`ExtensionFiles::install_into`].
 
+use std::borrow::Cow;
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -8,42 +16,197 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, IoContext, Result};
+use crate::install::Installation;
 
-/// Collects the extension files of a directory: `*.control` and `*.sql` directly in it and
-/// `*.sql` in its `sql/` subdirectory (the pg_lease layout is `extensions/pg_lease/pg_lease.control`
-/// plus `extensions/pg_lease/sql/pg_lease--0.1.0.sql`). Fails if there is no control file.
-pub(crate) fn files_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    let mut has_control = false;
-    for (sub, exts) in [
-        (dir.to_path_buf(), &["control", "sql"][..]),
-        (dir.join("sql"), &["sql"][..]),
-    ] {
-        let entries = match fs::read_dir(&sub) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && sub != dir => continue,
-            Err(e) => return Err(Error::io("reading extension directory", &sub, e)),
-        };
-        for entry in entries {
-            let path = entry.ctx("reading extension directory", &sub)?.path();
-            let Some(ext) = path.extension().and_then(|e| e.to_str()) else {
-                continue;
-            };
-            if path.is_file() && exts.contains(&ext) {
-                has_control |= ext == "control";
-                files.push(path);
-            }
+/// One extension's files: a control file and the SQL scripts that `CREATE EXTENSION` and
+/// `ALTER EXTENSION ... UPDATE` run, each a file name (no directory) and its text.
+///
+/// # Examples
+///
+/// ```
+/// let files = pgcluster::ExtensionFiles::new(
+///     "probe.control",
+///     "default_version = '1.0'\nrelocatable = true\n",
+/// )
+/// .script("probe--1.0.sql", "CREATE FUNCTION probe() RETURNS int LANGUAGE sql AS 'SELECT 1';\n");
+/// assert_eq!(files.control_name(), "probe.control");
+/// assert_eq!(files.files().count(), 2);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtensionFiles {
+    control_name: String,
+    control: Cow<'static, str>,
+    scripts: Vec<(String, Cow<'static, str>)>,
+}
+
+impl ExtensionFiles {
+    /// An extension whose control file is named `control_name` (e.g. `pg_lease.control`) and
+    /// reads `control`; add its scripts with [`script`](Self::script).
+    pub fn new(
+        control_name: impl Into<String>,
+        control: impl Into<Cow<'static, str>>,
+    ) -> ExtensionFiles {
+        ExtensionFiles {
+            control_name: control_name.into(),
+            control: control.into(),
+            scripts: Vec::new(),
         }
     }
-    if !has_control {
-        return Err(Error::io(
-            "no *.control file in extension directory",
-            dir,
-            std::io::ErrorKind::NotFound.into(),
-        ));
+
+    /// Adds the SQL script `file_name` (e.g. `pg_lease--0.1.0.sql`) with text `text`.
+    pub fn script(
+        mut self,
+        file_name: impl Into<String>,
+        text: impl Into<Cow<'static, str>>,
+    ) -> ExtensionFiles {
+        self.scripts.push((file_name.into(), text.into()));
+        self
     }
-    files.sort();
-    Ok(files)
+
+    /// Reads an extension directory: its one `*.control` file, the `*.sql` files next to it and
+    /// those in its `sql/` subdirectory (the layout of `extensions/pg_lease/`:
+    /// `pg_lease.control` and `sql/pg_lease--0.1.0.sql`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the directory or a file cannot be read (or is not UTF-8), or if the
+    /// directory holds no `*.control` file or more than one.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<ExtensionFiles> {
+        let dir = dir.as_ref();
+        let mut controls = Vec::new();
+        let mut scripts = Vec::new();
+        for (sub, exts) in [
+            (dir.to_path_buf(), &["control", "sql"][..]),
+            (dir.join("sql"), &["sql"][..]),
+        ] {
+            let entries = match fs::read_dir(&sub) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && sub != dir => continue,
+                Err(e) => return Err(Error::io("reading extension directory", &sub, e)),
+            };
+            for entry in entries {
+                let path = entry.ctx("reading extension directory", &sub)?.path();
+                let Some(ext) = path.extension().and_then(|e| e.to_str()) else {
+                    continue;
+                };
+                if path.is_file() && exts.contains(&ext) {
+                    if ext == "control" {
+                        controls.push(path);
+                    } else {
+                        scripts.push(path);
+                    }
+                }
+            }
+        }
+        let control = match <[PathBuf; 1]>::try_from(controls) {
+            Ok([control]) => control,
+            Err(controls) => {
+                let what = if controls.is_empty() {
+                    "no *.control file in extension directory"
+                } else {
+                    "more than one *.control file (one extension per directory) in"
+                };
+                return Err(Error::io(
+                    what,
+                    dir,
+                    std::io::ErrorKind::InvalidInput.into(),
+                ));
+            }
+        };
+        scripts.sort();
+        ExtensionFiles::from_paths(&control, &scripts)
+    }
+
+    /// Reads the control file `control` and the scripts `scripts` from disk.
+    pub(crate) fn from_paths(control: &Path, scripts: &[PathBuf]) -> Result<ExtensionFiles> {
+        let read = |path: &Path| -> Result<(String, String)> {
+            let name = plain_name(path)?;
+            let text = fs::read_to_string(path).ctx("reading extension file", path)?;
+            Ok((name, text))
+        };
+        let (name, text) = read(control)?;
+        let mut files = ExtensionFiles::new(name, text);
+        for path in scripts {
+            let (name, text) = read(path)?;
+            files = files.script(name, text);
+        }
+        Ok(files)
+    }
+
+    /// The control file's name, e.g. `pg_lease.control`.
+    pub fn control_name(&self) -> &str {
+        &self.control_name
+    }
+
+    /// Every file (name, text): the control file first, then the scripts in the order added.
+    pub fn files(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once((self.control_name.as_str(), &*self.control)).chain(
+            self.scripts
+                .iter()
+                .map(|(name, text)| (name.as_str(), &**text)),
+        )
+    }
+
+    /// Writes the files into `ext_dir` (a share directory's `extension/`), each atomically
+    /// (temporary name, mode 0644, rename), leaving files whose content is already identical
+    /// alone, so concurrent installers of the same files never expose a partial file.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if a file name is not a plain file name or a file cannot be written
+    /// (e.g. `PermissionDenied` for a system installation's directory).
+    pub fn install(&self, ext_dir: &Path) -> Result<()> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        for (name, text) in self.files() {
+            if name.is_empty() || name.starts_with('.') || name.contains('/') {
+                return Err(Error::io(
+                    "extension file names must be plain file names:",
+                    name,
+                    std::io::ErrorKind::InvalidInput.into(),
+                ));
+            }
+            let dst = ext_dir.join(name);
+            if fs::read(&dst).is_ok_and(|old| old == text.as_bytes()) {
+                continue;
+            }
+            let tmp = ext_dir.join(format!(
+                ".{name}.pgcluster-{}-{}.tmp",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            let result = fs::write(&tmp, text)
+                .and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)))
+                .and_then(|()| fs::rename(&tmp, &dst));
+            if let Err(e) = result {
+                let _ = fs::remove_file(&tmp);
+                return Err(Error::io("installing extension file", &dst, e));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`install`](Self::install)s the files into `installation`'s `<sharedir>/extension/`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`install`](Self::install).
+    pub fn install_into(&self, installation: &Installation) -> Result<()> {
+        self.install(&installation.sharedir().join("extension"))
+    }
+}
+
+/// The file name of `path`, as UTF-8.
+fn plain_name(path: &Path) -> Result<String> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            Error::io(
+                "extension file has no UTF-8 file name",
+                path,
+                std::io::ErrorKind::InvalidInput.into(),
+            )
+        })
 }
 
 /// Whether we may create files in `dir` (`access(W_OK)`; false for read-only file systems).
@@ -53,38 +216,4 @@ pub(crate) fn dir_writable(dir: &Path) -> bool {
     };
     // SAFETY: c is a valid NUL-terminated path.
     unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
-}
-
-/// Copies `files` into `ext_dir` atomically (temporary name, mode 0644, rename), skipping
-/// files whose content is already identical.
-pub(crate) fn install(files: &[PathBuf], ext_dir: &Path) -> Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    for src in files {
-        let name = src.file_name().ok_or_else(|| {
-            Error::io(
-                "extension file has no name",
-                src,
-                std::io::ErrorKind::InvalidInput.into(),
-            )
-        })?;
-        let content = fs::read(src).ctx("reading extension file", src)?;
-        let dst = ext_dir.join(name);
-        if fs::read(&dst).is_ok_and(|old| old == content) {
-            continue;
-        }
-        let tmp = ext_dir.join(format!(
-            ".{}.pgcluster-{}-{}.tmp",
-            name.to_string_lossy(),
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let result = fs::write(&tmp, &content)
-            .and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)))
-            .and_then(|()| fs::rename(&tmp, &dst));
-        if let Err(e) = result {
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::io("installing extension file", &dst, e));
-        }
-    }
-    Ok(())
 }

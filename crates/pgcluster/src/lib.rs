@@ -6,6 +6,10 @@
 //! [`Cluster`]): `initdb` into a temporary directory, a server on a private unix socket and a
 //! free port on 127.0.0.1, extension files installed, clean stop, crash (SIGKILL), restart,
 //! pause/resume (SIGSTOP/SIGCONT), and clean-up on drop, on panic and at process exit.
+//! It also keeps clusters that outlive the process ([`PersistentCluster`]): a data directory
+//! on disk, a server started detached that later processes attach to, and a lock so that
+//! processes starting or stopping it take turns. Extension files (a control file and SQL
+//! scripts, [`ExtensionFiles`]) can be installed from a directory or from memory.
 //!
 //! ```no_run
 //! # async fn demo() -> pgcluster::Result<()> {
@@ -42,6 +46,7 @@ mod fetch;
 mod install;
 mod ipc;
 mod mirror;
+mod persistent;
 mod proctree;
 mod registry;
 mod sweep;
@@ -53,8 +58,10 @@ pub use cache::cache_dir;
 pub use cluster::Cluster;
 pub use discover::{discover, ensure, find};
 pub use error::{Error, Result};
+pub use extension::ExtensionFiles;
 pub use fetch::{fetch, fetch_into};
 pub use install::{Installation, Source};
+pub use persistent::{DEFAULT_PORT, DetachedServer, PersistentCluster, StartStopLock, Started};
 pub use registry::cleanup_registered;
 pub use sweep::sweep_stale;
 pub use user::{ServerUser, server_user};

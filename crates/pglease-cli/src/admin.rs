@@ -9,8 +9,9 @@ use tokio_postgres::Client;
 
 use crate::cli::{InstallArgs, LocalStartArgs, LocalStatusArgs, LocalUrlArgs, StatusArgs};
 use crate::connect::Target;
+use crate::exit::BoxError;
 use crate::local::LocalServer;
-use crate::{BoxError, output};
+use crate::output;
 
 /// `"extension"` or `"script"`.
 fn via_name(via: pglease::Via) -> &'static str {
@@ -209,7 +210,7 @@ fn local_json(server: &LocalServer) -> LocalJson {
     let running = server.running();
     LocalJson {
         running: running.is_some(),
-        pid: running.map(|r| r.pid),
+        pid: running,
         version: server
             .version()
             .or_else(|| server.major().map(|m| m.to_string())),
@@ -258,8 +259,7 @@ pub async fn local_start(args: LocalStartArgs, server: &LocalServer) -> Result<E
 
 /// `pglease local stop`.
 pub async fn local_stop(server: &LocalServer) -> Result<ExitCode, BoxError> {
-    let this = server.clone();
-    let was_running = tokio::task::spawn_blocking(move || this.stop()).await??;
+    let was_running = server.stop().await?;
     let what = if was_running {
         "stopped the local server"
     } else {

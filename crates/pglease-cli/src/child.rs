@@ -20,12 +20,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
 
-use crate::{BoxError, signals};
-
-/// The exit code when the command could not be executed (shells' convention).
-pub const EXIT_CANNOT_EXECUTE: u8 = 126;
-/// The exit code when the command was not found (shells' convention).
-pub const EXIT_NOT_FOUND: u8 = 127;
+use crate::exit::{BoxError, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND};
+use crate::signals;
 
 /// A running command.
 #[derive(Debug)]

@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio_postgres::Config;
 use tokio_postgres::config::{Host, SslMode};
 
-use crate::BoxError;
 use crate::cli::ConnArgs;
+use crate::exit::{self, BoxError};
 use crate::local::LocalServer;
 
 /// The variables whose presence selects libpq-style settings over the local server.
@@ -99,7 +99,7 @@ impl Target {
         let config = self.config().await?;
         connect_config(&config)
             .await
-            .map_err(|e| crate::context(format!("connecting to {}", self.describe()), e))
+            .map_err(|e| exit::context(format!("connecting to {}", self.describe()), e))
     }
 
     /// A description for messages, without the password.

@@ -1,4 +1,5 @@
-//! `pglease demo`: the README's story, told against a private PostgreSQL server.
+//! `pglease demo`: the README's story, told against a private PostgreSQL server (a throw-away
+//! pgcluster server with the embedded extension files installed, removed at the end).
 //!
 //! Two workers compete for one key. worker-a wins (epoch 1) and writes through a fencing guard;
 //! worker-b is refused, then waits; worker-a stalls past its TTL; worker-b takes over at the lapse
@@ -12,6 +13,7 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::cli::DemoArgs;
 use crate::embedded;
+use crate::exit::BoxError;
 
 const KEY: &str = "nightly-report";
 
@@ -32,7 +34,7 @@ impl Narrator {
 }
 
 /// Runs the demo; returns the process exit code.
-pub async fn run(args: DemoArgs) -> Result<std::process::ExitCode, crate::BoxError> {
+pub async fn run(args: DemoArgs) -> Result<std::process::ExitCode, BoxError> {
     let n = Narrator {
         started: Instant::now(),
     };
@@ -41,7 +43,7 @@ pub async fn run(args: DemoArgs) -> Result<std::process::ExitCode, crate::BoxErr
         "setup",
         format!("starting a private PostgreSQL {} server", args.pg_version),
     );
-    let cluster = tokio::task::spawn_blocking(move || embedded::start_throwaway(args.pg_version))
+    let cluster = tokio::task::spawn_blocking(move || start_throwaway(args.pg_version))
         .await?
         .map_err(|e| format!("could not start PostgreSQL: {e}"))?;
     n.say(
@@ -216,6 +218,14 @@ pub async fn run(args: DemoArgs) -> Result<std::process::ExitCode, crate::BoxErr
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+/// Starts a throw-away server of `major` with the extension files installed.
+fn start_throwaway(major: u32) -> Result<pgcluster::Cluster, BoxError> {
+    let cluster = pgcluster::ClusterBuilder::for_major(major)?
+        .extension(embedded::extension_files())
+        .start()?;
+    Ok(cluster)
+}
+
 /// Writes through the fence: accepted only if `epoch` is at least the highest epoch seen.
 async fn guarded_write(
     n: &Narrator,
@@ -223,7 +233,7 @@ async fn guarded_write(
     who: &str,
     epoch: i64,
     body: &str,
-) -> Result<(), crate::BoxError> {
+) -> Result<(), BoxError> {
     c.batch_execute("BEGIN").await?;
     let passed = c
         .execute(
@@ -255,7 +265,7 @@ async fn guarded_write(
     Ok(())
 }
 
-async fn connect_to(conninfo: &str) -> Result<Client, crate::BoxError> {
+async fn connect_to(conninfo: &str) -> Result<Client, BoxError> {
     let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;

@@ -1,27 +1,14 @@
-//! A throw-away PostgreSQL server for `pglease demo`: started with `pgcluster`, with the pg_lease
-//! extension files (embedded in this binary) installed into it, and removed when dropped.
+//! The pg_lease extension files this binary carries (embedded in the pglease crate), in the form
+//! pgcluster installs. The one place that turns pglease's files into pgcluster's input: the local
+//! server and the demo both install what [`extension_files`] returns.
 
-use std::path::PathBuf;
+use pgcluster::ExtensionFiles;
 
-use pgcluster::{Cluster, ClusterBuilder};
-
-/// Writes the embedded extension files into a fresh directory laid out like `extensions/pg_lease/`.
-fn extension_dir() -> std::io::Result<(tempfile::TempDir, PathBuf)> {
-    let dir = tempfile::Builder::new().prefix("pglease-ext-").tempdir()?;
-    let root = dir.path().to_path_buf();
-    std::fs::create_dir_all(root.join("sql"))?;
-    std::fs::write(root.join("pg_lease.control"), pglease::CONTROL)?;
-    for migration in pglease::MIGRATIONS {
-        std::fs::write(root.join("sql").join(migration.file), migration.script)?;
-    }
-    Ok((dir, root))
-}
-
-/// Starts a throw-away server of `major` with the extension files installed.
-pub fn start_throwaway(major: u32) -> Result<Cluster, crate::BoxError> {
-    let (_guard, dir) = extension_dir()?;
-    let cluster = ClusterBuilder::for_major(major)?
-        .extension_dir(&dir)
-        .start()?;
-    Ok(cluster)
+/// pg_lease's control file and every SQL script (base and upgrades), as the pglease crate embeds
+/// them from `extensions/pg_lease/`.
+pub fn extension_files() -> ExtensionFiles {
+    pglease::MIGRATIONS.iter().fold(
+        ExtensionFiles::new("pg_lease.control", pglease::CONTROL),
+        |files, migration| files.script(migration.file, migration.script),
+    )
 }

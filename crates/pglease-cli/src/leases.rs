@@ -12,9 +12,10 @@ use crate::cli::{
     AcquireArgs, InspectArgs, ListArgs, OutputArgs, PurgeArgs, ReleaseArgs, RenewArgs,
 };
 use crate::connect::Target;
+use crate::exit::{self, BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED};
+use crate::output;
 use crate::signals::Signals;
 use crate::waiting::{self, Holder, Outcome};
-use crate::{BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED, output};
 
 /// A key's state in JSON (`inspect`, `list`, and the holder of a refused `acquire`).
 #[derive(Debug, Serialize)]
@@ -121,7 +122,7 @@ pub async fn acquire(
             }
             Ok(ExitCode::from(EXIT_NOT_ACQUIRED))
         }
-        Outcome::Interrupted(sig) => Ok(crate::signal_exit(sig)),
+        Outcome::Interrupted(sig) => Ok(exit::signal_exit(sig)),
     }
 }
 

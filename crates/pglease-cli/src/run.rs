@@ -18,9 +18,10 @@ use std::time::Duration;
 use crate::child::{self, Child};
 use crate::cli::RunArgs;
 use crate::connect::Target;
+use crate::exit::{self, BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED};
+use crate::output;
 use crate::signals::{self, Signals};
 use crate::waiting::{self, Outcome, Waited};
-use crate::{BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED, output};
 
 /// What `run` needs from a lease held for the command's lifetime and kept alive by someone else.
 pub trait HeldLease {
@@ -65,7 +66,7 @@ pub async fn run(args: RunArgs, owner: String, target: &Target) -> Result<ExitCo
         .max_connections(2)
         .connect_with(target.config().await?, tokio_postgres::NoTls)
         .await
-        .map_err(|e| crate::context(format!("connecting to {}", target.describe()), e))?;
+        .map_err(|e| exit::context(format!("connecting to {}", target.describe()), e))?;
     let outcome = acquire(&client, target, &key, ttl, wait, &mut signals).await?;
     let code = match outcome {
         Outcome::Granted(lease) => {
@@ -89,7 +90,7 @@ pub async fn run(args: RunArgs, owner: String, target: &Target) -> Result<ExitCo
             eprintln!("pglease: could not acquire {key}{waited}: it is {state}");
             ExitCode::from(EXIT_NOT_ACQUIRED)
         }
-        Outcome::Interrupted(sig) => crate::signal_exit(sig),
+        Outcome::Interrupted(sig) => exit::signal_exit(sig),
     };
     client.shutdown().await;
     Ok(code)

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_postgres::Client;
 
-use crate::BoxError;
 use crate::connect::Target;
+use crate::exit::BoxError;
 use crate::output;
 use crate::progress::ProgressLine;
 use crate::signals::Signals;

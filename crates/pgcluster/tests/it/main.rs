@@ -8,3 +8,4 @@ mod extension;
 mod fetch;
 mod lifecycle;
 mod pause;
+mod persistent;

@@ -131,3 +131,32 @@ fn the_local_server_starts_on_demand_is_reused_and_stops() {
         &state["owner"],
     );
 }
+
+#[test]
+fn concurrent_first_starts_create_one_server() {
+    let case = Case::new("local_race");
+    let _stop = StopOnDrop(&case);
+    let starters: Vec<_> = (0..3)
+        .map(|_| case.bare(["local", "start", "--json"]).spawn())
+        .collect();
+    let pids: Vec<Option<i64>> = starters
+        .into_iter()
+        .map(|s| {
+            let out = s.wait(Duration::from_secs(120));
+            out.expect_code(0);
+            out.json()["pid"].as_i64()
+        })
+        .collect();
+    assert!(pids[0].is_some(), "a pid: {pids:?}");
+    expect_eq(
+        "every starter sees the same server",
+        &pids[..1].repeat(3),
+        &pids,
+    );
+    let status = case.bare(["status", "--json"]).expect_code(0).json();
+    expect_eq(
+        "pg_lease in the local server",
+        &Value::from(pglease::VERSION),
+        &status["pg_lease"]["version"],
+    );
+}

@@ -3,6 +3,7 @@
 //! temporary directory and database.
 
 mod common;
+mod demo;
 mod exit_codes;
 mod json;
 mod local;

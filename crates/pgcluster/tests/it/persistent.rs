@@ -1,0 +1,216 @@
+//! Persistent clusters: a data directory that outlives its handles, a server started detached and
+//! attached to again, and starters that take turns on the directory's lock.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use pgcluster::PersistentCluster;
+
+use crate::common::pid_gone;
+
+/// A private directory for one test (reachable by the server user when we are root), whose
+/// server is stopped however the test ends.
+struct Dir {
+    _tmp: tempfile::TempDir,
+    cluster: PersistentCluster,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        let tmp = tempfile::Builder::new()
+            .prefix("pgcluster-it-persistent-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cluster = PersistentCluster::new(tmp.path().join("pg"));
+        Dir { _tmp: tmp, cluster }
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = self.cluster.stop();
+    }
+}
+
+/// Polls `done` every 10 ms for at most 30 s.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// How many `flock` requests on `path` are blocked, from `/proc/locks` (`N: -> FLOCK ...`).
+fn blocked_flocks(path: &Path) -> usize {
+    let inode = format!(":{}", std::fs::metadata(path).unwrap().ino());
+    std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("->") && l.contains("FLOCK"))
+        .filter(|l| l.split_whitespace().any(|w| w.ends_with(&inode)))
+        .count()
+}
+
+#[tokio::test]
+async fn a_detached_server_outlives_its_handle_and_is_attached_again() {
+    let dir = Dir::new();
+    assert!(dir.cluster.attach().is_none());
+    assert!(!dir.cluster.is_created());
+
+    let started = dir.cluster.start(15).unwrap();
+    assert!(started.created && started.started, "{started:?}");
+    let pid = started.server.pid();
+    assert_ne!(
+        parent_of(pid),
+        Some(std::process::id()),
+        "the server is detached, not our child"
+    );
+    assert_eq!(dir.cluster.major(), Some(15));
+    assert_eq!(dir.cluster.version().map(|v| v.major), Some(15));
+    let client = started.server.connect("postgres").await.unwrap();
+    client
+        .batch_execute("CREATE TABLE t(v text); INSERT INTO t VALUES ('kept')")
+        .await
+        .unwrap();
+    drop(client);
+    drop(started);
+
+    // A fresh handle on the same directory finds the same server.
+    let again = PersistentCluster::new(dir.cluster.root());
+    let server = again.attach().expect("the server still runs");
+    assert_eq!(server.pid(), pid);
+    let (by_string, conn) =
+        tokio_postgres::connect(&server.connection_string("postgres"), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let v: String = by_string
+        .query_one("SELECT v FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(v, "kept");
+    drop(by_string);
+    let noop = again.start(15).unwrap();
+    assert!(!noop.created && !noop.started, "{noop:?}");
+    assert_eq!(noop.server.pid(), pid);
+
+    assert!(again.stop().unwrap(), "it was running");
+    assert!(again.attach().is_none());
+    wait_until("the postmaster to exit", || pid_gone(pid as i32));
+    assert!(
+        !again.stop().unwrap(),
+        "stopping a stopped server is a no-op"
+    );
+
+    // The data directory persists: the next start runs it again with its data.
+    let restarted = again.start(15).unwrap();
+    assert!(!restarted.created && restarted.started, "{restarted:?}");
+    let client = restarted.server.connect("postgres").await.unwrap();
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn concurrent_starters_take_turns_on_the_lock() {
+    let dir = Dir::new();
+    let lock = dir.cluster.lock().unwrap();
+    let lock_file = dir.cluster.root().join("lock");
+    let starters: Vec<_> = (0..2)
+        .map(|_| {
+            let cluster = dir.cluster.clone();
+            std::thread::spawn(move || cluster.start(15).unwrap())
+        })
+        .collect();
+    wait_until("both starters to block on the lock", || {
+        blocked_flocks(&lock_file) == 2
+    });
+    assert!(!dir.cluster.is_created(), "no starter got past the lock");
+
+    let first = lock.start(15).unwrap();
+    assert!(first.created && first.started, "{first:?}");
+    drop(lock);
+    for starter in starters {
+        let later = starter.join().unwrap();
+        assert!(!later.created && !later.started, "{later:?}");
+        assert_eq!(later.server.pid(), first.server.pid());
+    }
+    assert_eq!(blocked_flocks(&lock_file), 0);
+}
+
+#[test]
+fn stopping_a_directory_never_created_creates_nothing() {
+    let dir = Dir::new();
+    assert!(!dir.cluster.stop().unwrap());
+    assert!(!dir.cluster.root().exists());
+}
+
+/// Environment variable that turns [`persistent_starter_child`] into a real helper process: the
+/// directory to start a persistent cluster in.
+const STARTER_CHILD_ENV: &str = "PGCLUSTER_TEST_PERSISTENT_DIR";
+
+/// Helper run in a child process by [`a_detached_server_outlives_the_process_that_started_it`]:
+/// starts the persistent cluster, reports its pid on stdout, and returns, so the process exits
+/// normally (running pgcluster's exit-time clean-up).
+#[test]
+#[ignore = "helper process for a_detached_server_outlives_the_process_that_started_it"]
+fn persistent_starter_child() {
+    let Some(dir) = std::env::var_os(STARTER_CHILD_ENV) else {
+        return;
+    };
+    let started = PersistentCluster::new(dir).start(15).unwrap();
+    println!("STARTED {}", started.server.pid());
+}
+
+#[tokio::test]
+async fn a_detached_server_outlives_the_process_that_started_it() {
+    let dir = Dir::new();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "persistent::persistent_starter_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(STARTER_CHILD_ENV, dir.cluster.root())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the helper failed: {}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let pid: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("STARTED "))
+        .expect("the helper reports its server")
+        .trim()
+        .parse()
+        .unwrap();
+
+    let server = dir
+        .cluster
+        .attach()
+        .expect("the server outlives its starter");
+    assert_eq!(server.pid(), pid);
+    let client = server.connect("postgres").await.unwrap();
+    let one: i32 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    drop(client);
+    assert!(dir.cluster.stop().unwrap());
+    wait_until("the postmaster to exit", || pid_gone(pid as i32));
+}
