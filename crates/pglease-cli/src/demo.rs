@@ -220,8 +220,11 @@ pub async fn run(args: DemoArgs) -> Result<std::process::ExitCode, BoxError> {
 
 /// Starts a throw-away server of `major` with the extension files installed.
 fn start_throwaway(major: u32) -> Result<pgcluster::Cluster, BoxError> {
-    let cluster = pgcluster::ClusterBuilder::for_major(major)?
-        .extension(embedded::extension_files())
+    let cluster = embedded::extension_files()
+        .into_iter()
+        .fold(pgcluster::ClusterBuilder::for_major(major)?, |b, files| {
+            b.extension(files)
+        })
         .start()?;
     Ok(cluster)
 }

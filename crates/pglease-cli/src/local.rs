@@ -173,7 +173,9 @@ impl LocalServer {
         // Where the installation's extension directory is not writable, its files may still be
         // there (installed by `make install` or a package); CREATE EXTENSION tells.
         if let Some(installation) = self.cluster.installation() {
-            let _ = embedded::extension_files().install_into(&installation);
+            for files in embedded::extension_files() {
+                let _ = files.install_into(&installation);
+            }
         }
         match pglease::create_extension(&mut client).await {
             Ok(_) => Ok(()),

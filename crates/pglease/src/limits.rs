@@ -82,7 +82,7 @@ mod tests {
 
     /// The SQL of the current install, whose limits the table must match.
     fn current_sql() -> String {
-        crate::MIGRATIONS.iter().map(|m| m.script).collect()
+        crate::PG_LEASE.install_script().script.to_owned()
     }
 
     /// `sql` without its `--` comments (a `--` inside a string literal is kept).

@@ -259,7 +259,7 @@ mod tests {
         for s in ALL {
             let quoted = format!("'{}'", s.as_str());
             assert!(
-                crate::install::MIGRATIONS[0].script.contains(&quoted),
+                crate::PG_LEASE.install_script().script.contains(&quoted),
                 "{quoted}"
             );
         }
