@@ -22,7 +22,7 @@ async fn leases_belong_to_owners_not_connections_so_pool_resets_change_nothing()
     let node = Node::start();
     let pool = [node.app().await, node.app().await, node.app().await];
 
-    let (e, _) = grant(&pool[0], "k", "worker-a", "1 hour").await;
+    let e = grant(&pool[0], "k", "worker-a", "1 hour").await;
     let (status, x) = renew(&pool[1], "k", "worker-a", e, "2 hours").await;
     assert_eq!(status, "ok");
     let x = x.unwrap();

@@ -19,7 +19,8 @@ async fn installed_version_matches_the_control_file() {
         .await
         .unwrap();
     let (sql_version, ext_version): (String, String) = (row.get(0), row.get(1));
-    let control = std::fs::read_to_string(repo_root().join("extensions/pg_lease/pg_lease.control")).unwrap();
+    let control =
+        std::fs::read_to_string(repo_root().join("extensions/pg_lease/pg_lease.control")).unwrap();
     assert!(control.contains(&format!("default_version = '{ext_version}'")));
     assert_eq!(sql_version, ext_version);
 }
