@@ -42,6 +42,7 @@ mod fetch;
 mod install;
 mod ipc;
 mod mirror;
+pub mod pgbouncer;
 mod proctree;
 mod registry;
 mod sweep;
