@@ -21,7 +21,7 @@
 //!
 //! A lock waiter is woken by the lock manager before the waking step returns, so the check right
 //! after that step is exact. A sleeping acquire only re-checks every 50 ms, so the step expected to
-//! wake it is named in the permutation, as in PostgreSQL's specs: `"s2_acquire(s1_release)"`. The
+//! wake it is named in the permutation, as in PostgreSQL's specs: `s2_acquire(s1_release)`. The
 //! runner then waits for `s2_acquire` to complete once `s1_release` has completed (and records it
 //! if it completes any earlier, which then shows in the transcript).
 //!
@@ -128,7 +128,10 @@ impl Spec {
                     None => s.name.clone(),
                 })
                 .collect();
-            writeln!(out, "permutation {}: {}", p.name, steps.join(" ")).unwrap();
+            let header = format!("permutation {}: {}", p.name, steps.join(" "));
+            // Shown with a failing test's output: which permutation was running.
+            println!("{header}");
+            writeln!(out, "{header}").unwrap();
             out.push_str(&self.run_permutation(p).await);
         }
         out
