@@ -6,10 +6,10 @@
 use std::time::{Duration, SystemTime};
 
 use crate::node::Node;
-use crate::{await_lapsed, grant, renew};
+use crate::{await_lapsed, grant, grant_until, renew};
 
 /// F21: inside one long transaction, whose `now()` is frozen at its start, a lease still lapses on
-/// the live clock: the expiry is bracketed by clock readings around the grant, and once the clock
+/// the live clock: the expiry is bracketed by clock readings around the grant_until, and once the clock
 /// passes it the lease reads as lapsed and renew says `lapsed`, though `now()` is still before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiry_follows_the_live_server_clock_even_inside_a_long_transaction() {
@@ -21,7 +21,7 @@ async fn expiry_follows_the_live_server_clock_even_inside_a_long_transaction() {
         .await
         .unwrap();
     let (start, before): (SystemTime, SystemTime) = (row.get(0), row.get(1));
-    let (e, x) = grant(&c, "k", "worker-a", "200 milliseconds").await;
+    let (e, x) = grant_until(&c, "k", "worker-a", "200 milliseconds").await;
     let after: SystemTime = c
         .query_one("SELECT clock_timestamp()", &[])
         .await
@@ -47,7 +47,7 @@ async fn expiry_follows_the_live_server_clock_even_inside_a_long_transaction() {
         "transaction time still before the expiry, live clock past it"
     );
     assert_eq!(renew(&c, "k", "worker-a", e, "1 hour").await.0, "lapsed");
-    let (e2, _) = grant(&c, "k", "worker-b", "1 hour").await;
+    let e2 = grant(&c, "k", "worker-b", "1 hour").await;
     assert_eq!(
         e2,
         e + 1,
@@ -100,7 +100,7 @@ async fn no_call_takes_a_client_time_and_time_zones_do_not_matter() {
     west.batch_execute("SET TimeZone = 'Etc/GMT+12'")
         .await
         .unwrap();
-    let (e, x) = grant(&east, "k", "worker-a", "1 hour").await;
+    let (e, x) = grant_until(&east, "k", "worker-a", "1 hour").await;
     assert_eq!(
         crate::inspect(&west, "k").await,
         crate::held("worker-a", e, x),

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::node::{Node, blocking};
-use crate::{acquire, grant, held, inspect, not_held, release, renew, server_clock_reached};
+use crate::{acquire, grant_until, held, inspect, not_held, release, renew, server_clock_reached};
 
 /// How the server goes down.
 #[derive(Clone, Copy)]
@@ -16,8 +16,8 @@ enum Down {
 async fn expiry_passes_while_down(down: Down) {
     let mut node = Node::start();
     let app = node.app().await;
-    let (e, x) = grant(&app, "short", "worker-a", "1 second").await;
-    let (e_long, x_long) = grant(&app, "long", "worker-a", "1 hour").await;
+    let (e, x) = grant_until(&app, "short", "worker-a", "1 second").await;
+    let (e_long, x_long) = grant_until(&app, "long", "worker-a", "1 hour").await;
     drop(app);
     match down {
         Down::Stop => node.stop(),

@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::time::SystemTime;
 
 use crate::node::Node;
-use crate::{acquire, await_lapsed, grant, held, inspect, not_held, release, renew};
+use crate::{acquire, await_lapsed, grant, grant_until, held, inspect, not_held, release, renew};
 
 /// Keys in every state the table can hold, and what each must look like afterwards.
 struct Populated {
@@ -24,7 +24,7 @@ struct Populated {
 async fn populate(node: &Node) -> Populated {
     let app = node.app().await;
     for _ in 0..3 {
-        let (e, _) = grant(&app, "purged", "worker-p", "1 hour").await;
+        let e = grant(&app, "purged", "worker-p", "1 hour").await;
         assert_eq!(release(&app, "purged", "worker-p", e).await, "ok");
     }
     let purged: i64 = node
@@ -37,16 +37,16 @@ async fn populate(node: &Node) -> Populated {
     assert_eq!(purged, 1);
     let floor = 6;
 
-    let (e, _) = grant(&app, "held", "worker-a", "1 hour").await;
+    let e = grant(&app, "held", "worker-a", "1 hour").await;
     assert_eq!(release(&app, "held", "worker-a", e).await, "ok");
-    let (e, _) = grant(&app, "held", "worker-a", "1 hour").await;
+    let e = grant(&app, "held", "worker-a", "1 hour").await;
     let (status, x) = renew(&app, "held", "worker-a", e, "2 hours").await;
     assert_eq!(status, "ok");
 
-    let (f, _) = grant(&app, "free", "worker-b", "1 hour").await;
+    let f = grant(&app, "free", "worker-b", "1 hour").await;
     assert_eq!(release(&app, "free", "worker-b", f).await, "ok");
 
-    let (l, _) = grant(&app, "lapsed", "worker-c", "100 milliseconds").await;
+    let l = grant(&app, "lapsed", "worker-c", "100 milliseconds").await;
     await_lapsed(&app, "lapsed").await;
 
     Populated {
@@ -74,7 +74,7 @@ async fn check_populated(node: &Node, p: &Populated) {
 
     assert_eq!(inspect(&app, "free").await, not_held(p.free));
     assert_eq!(
-        grant(&app, "free", "worker-x", "1 hour").await.0,
+        grant_until(&app, "free", "worker-x", "1 hour").await.0,
         p.free + 1
     );
 
@@ -85,13 +85,13 @@ async fn check_populated(node: &Node, p: &Populated) {
         "lapsed"
     );
     assert_eq!(
-        grant(&app, "lapsed", "worker-x", "1 hour").await.0,
+        grant_until(&app, "lapsed", "worker-x", "1 hour").await.0,
         p.lapsed + 1
     );
 
     assert_eq!(inspect(&app, "purged").await, None, "the purge stands");
     assert_eq!(
-        grant(&app, "purged", "worker-x", "1 hour").await.0,
+        grant_until(&app, "purged", "worker-x", "1 hour").await.0,
         p.floor + 1,
         "the floor survived: the purged key comes back above its old epochs"
     );
@@ -136,16 +136,16 @@ async fn committed_state_survives_a_crash() {
 async fn uncommitted_changes_vanish_in_a_crash() {
     let mut node = Node::start();
     let app = node.app().await;
-    let (e_renewed, x_renewed) = grant(&app, "renewed", "worker-a", "1 hour").await;
-    let (e_released, x_released) = grant(&app, "released", "worker-a", "1 hour").await;
-    let (e_lapsed, _) = grant(&app, "lapsed", "worker-a", "100 milliseconds").await;
+    let (e_renewed, x_renewed) = grant_until(&app, "renewed", "worker-a", "1 hour").await;
+    let (e_released, x_released) = grant_until(&app, "released", "worker-a", "1 hour").await;
+    let e_lapsed = grant(&app, "lapsed", "worker-a", "100 milliseconds").await;
     await_lapsed(&app, "lapsed").await;
     let committed = node.state().await;
 
     // Four sessions, each with an open transaction that changed one key.
     let s1 = node.app().await;
     s1.batch_execute("BEGIN").await.unwrap();
-    let (e_created, _) = grant(&s1, "created", "worker-b", "1 hour").await;
+    let e_created = grant(&s1, "created", "worker-b", "1 hour").await;
     let s2 = node.app().await;
     s2.batch_execute("BEGIN").await.unwrap();
     assert_eq!(
@@ -160,7 +160,7 @@ async fn uncommitted_changes_vanish_in_a_crash() {
     let s4 = node.app().await;
     s4.batch_execute("BEGIN").await.unwrap();
     assert_eq!(
-        grant(&s4, "lapsed", "worker-b", "1 hour").await.0,
+        grant_until(&s4, "lapsed", "worker-b", "1 hour").await.0,
         e_lapsed + 1
     );
     assert_eq!(node.state().await, committed, "none of it is visible yet");
@@ -179,7 +179,7 @@ async fn uncommitted_changes_vanish_in_a_crash() {
         "the grant never happened"
     );
     assert_eq!(
-        grant(&app, "created", "worker-c", "1 hour").await.0,
+        grant_until(&app, "created", "worker-c", "1 hour").await.0,
         e_created,
         "and consumed no epoch"
     );
@@ -201,7 +201,7 @@ async fn uncommitted_changes_vanish_in_a_crash() {
         "the takeover never happened"
     );
     assert_eq!(
-        grant(&app, "lapsed", "worker-c", "1 hour").await.0,
+        grant_until(&app, "lapsed", "worker-c", "1 hour").await.0,
         e_lapsed + 1
     );
     drop((s1, s2, s3, s4));

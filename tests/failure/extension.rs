@@ -4,7 +4,7 @@
 use pglease_tests::{Wait, await_backend_waiting, backend_pid};
 
 use crate::node::Node;
-use crate::{LIMIT, code_of, grant, inspect, release, renew, within};
+use crate::{LIMIT, code_of, grant, grant_until, inspect, release, renew, within};
 
 /// F26: dropping the extension while a lease is held just removes the state (the holder is not
 /// told); the holder's next call fails closed with an error; a recreated extension starts over:
@@ -14,10 +14,10 @@ async fn drop_and_recreate_extension_starts_over() {
     let node = Node::start();
     let holder = node.app().await;
     for _ in 0..2 {
-        let (e, _) = grant(&holder, "k", "worker-a", "1 hour").await;
+        let e = grant(&holder, "k", "worker-a", "1 hour").await;
         assert_eq!(release(&holder, "k", "worker-a", e).await, "ok");
     }
-    let (e, _) = grant(&holder, "k", "worker-a", "1 hour").await;
+    let e = grant(&holder, "k", "worker-a", "1 hour").await;
     assert_eq!(e, 5);
 
     let admin = node.admin().await;
@@ -55,7 +55,7 @@ async fn drop_and_recreate_extension_starts_over() {
         "not_owner"
     );
     assert_eq!(
-        grant(&holder, "k", "worker-b", "1 hour").await.0,
+        grant_until(&holder, "k", "worker-b", "1 hour").await.0,
         1,
         "epochs start over"
     );
@@ -68,7 +68,7 @@ async fn drop_extension_waits_for_open_transactions_that_used_it() {
     let node = Node::start();
     let observer = node.superuser().await;
     let holder = node.app().await;
-    let (e, _) = grant(&holder, "k", "worker-a", "1 hour").await;
+    let e = grant(&holder, "k", "worker-a", "1 hour").await;
     holder.batch_execute("BEGIN").await.unwrap();
     assert_eq!(renew(&holder, "k", "worker-a", e, "2 hours").await.0, "ok");
 

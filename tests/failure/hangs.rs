@@ -9,7 +9,7 @@ use pglease_tests::{Wait, await_backend_waiting, backend_pid};
 use crate::node::Node;
 use crate::{
     LIMIT, acquire, await_backend_gone, await_lapsed, await_process_stopped, backend_state, grant,
-    held, inspect, not_held, renew, within,
+    grant_until, held, inspect, not_held, renew, within,
 };
 
 /// The takeover query: a blocking acquire by worker-b, reporting whether it was granted at or after
@@ -25,7 +25,7 @@ async fn a_stopped_holder_loses_its_lease_at_expiry_and_its_late_heartbeat_fails
     let node = Node::start();
     let holder = node.app().await;
     let pid = backend_pid(&holder).await;
-    let (e, x) = grant(&holder, "k", "worker-a", "1 second").await;
+    let (e, x) = grant_until(&holder, "k", "worker-a", "1 second").await;
 
     node.signal(pid, libc::SIGSTOP);
     await_process_stopped(pid);
@@ -60,7 +60,7 @@ async fn an_idle_transaction_that_wrote_nothing_does_not_delay_takeover() {
     let su = node.superuser().await;
     let holder = node.app().await;
     let pid = backend_pid(&holder).await;
-    let (e, x) = grant(&holder, "k", "worker-a", "1 second").await;
+    let (e, x) = grant_until(&holder, "k", "worker-a", "1 second").await;
     holder.batch_execute("BEGIN").await.unwrap();
     assert_eq!(inspect(&holder, "k").await, held("worker-a", e, x));
     assert_eq!(
@@ -99,13 +99,13 @@ async fn takeover_blocked_by_an_uncommitted_renew(
     i64,
     SystemTime,
     tokio_postgres::Client,
-    tokio::task::JoinHandle<crate::Acquired>,
+    tokio::task::JoinHandle<pglease_tests::calls::Acquired>,
 ) {
     let observer = node.superuser().await;
     let holder = node.app().await;
     holder.batch_execute(setup).await.unwrap();
     let pid = backend_pid(&holder).await;
-    let (e, _) = grant(&holder, "k", "worker-a", "1 second").await;
+    let e = grant(&holder, "k", "worker-a", "1 second").await;
     holder.batch_execute("BEGIN").await.unwrap();
     let (status, renewed) = renew(&holder, "k", "worker-a", e, "1 hour").await;
     assert_eq!(status, "ok", "the renew ran before the expiry");
@@ -201,7 +201,7 @@ async fn takeover_blocked_by_a_hung_fence(
     );
     let observer = node.superuser().await;
     let holder = node.app().await;
-    let (e, x) = grant(&holder, "k", "worker-a", "1 second").await;
+    let (e, x) = grant_until(&holder, "k", "worker-a", "1 second").await;
     holder.batch_execute("BEGIN").await.unwrap();
     let fenced: SystemTime = holder
         .query_one("SELECT lease.fence('k', 'worker-a', $1)", &[&e])
@@ -274,6 +274,6 @@ async fn a_takeover_that_waited_on_a_row_lock_gets_its_expiry_counted_from_the_g
     let (_, _, granted_at) = within("the takeover", takeover).await.unwrap();
     assert!(
         granted_at.unwrap() >= committing,
-        "the successor's ttl counts from its grant, after the guarded transaction ended"
+        "the successor's ttl counts from its grant_until, after the guarded transaction ended"
     );
 }

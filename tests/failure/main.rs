@@ -33,46 +33,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_postgres::Client;
 
-pub use pglease_tests::calls::{Inspected, inspect, release, renew};
+pub use pglease_tests::calls::{
+    Inspected, acquire, grant, grant_until, inspect, release, renew, try_acquire,
+};
+pub use pglease_tests::lapse::{await_lapsed, server_clock_reached};
 
 /// How long any poll of the server may take before the test fails (generous: the machine is shared).
 pub const LIMIT: Duration = Duration::from_secs(30);
-
-/// The outcome of `lease.acquire`: (acquired, epoch, expires_at).
-pub type Acquired = (bool, Option<i64>, Option<SystemTime>);
-
-/// `lease.acquire(key, owner, ttl, wait)`, intervals as SQL literals; the server's error, if any.
-pub async fn try_acquire(
-    c: &Client,
-    key: &str,
-    owner: &str,
-    ttl: &str,
-    wait: &str,
-) -> Result<Acquired, tokio_postgres::Error> {
-    let row = c
-        .query_one(
-            "SELECT acquired, epoch, expires_at \
-               FROM lease.acquire($1, $2, $3::text::interval, $4::text::interval)",
-            &[&key, &owner, &ttl, &wait],
-        )
-        .await?;
-    Ok((row.get(0), row.get(1), row.get(2)))
-}
-
-/// `lease.acquire`, which must not fail.
-pub async fn acquire(c: &Client, key: &str, owner: &str, ttl: &str, wait: &str) -> Acquired {
-    try_acquire(c, key, owner, ttl, wait)
-        .await
-        .unwrap_or_else(|e| panic!("lease.acquire({key}, {owner}, {ttl}, {wait}): {e}"))
-}
-
-/// An acquire without waiting that must be granted; returns (epoch, expires_at).
-pub async fn grant(c: &Client, key: &str, owner: &str, ttl: &str) -> (i64, SystemTime) {
-    match acquire(c, key, owner, ttl, "0").await {
-        (true, Some(epoch), Some(expires_at)) => (epoch, expires_at),
-        other => panic!("{owner} should have been granted {key}, got {other:?}"),
-    }
-}
 
 /// Shorthand for the `inspect` row of a held key.
 pub fn held(owner: &str, epoch: i64, expires_at: SystemTime) -> Option<Inspected> {
@@ -82,27 +49,6 @@ pub fn held(owner: &str, epoch: i64, expires_at: SystemTime) -> Option<Inspected
 /// Shorthand for the `inspect` row of a key that is not held (FREE or LAPSED) with this counter.
 pub fn not_held(counter: i64) -> Option<Inspected> {
     Some((false, None, counter, None))
-}
-
-/// Polls `inspect` until the server reports `key` as not held: its expiry passed on the server
-/// clock. Works inside an open transaction too (each statement reads the clock anew).
-pub async fn await_lapsed(c: &Client, key: &str) {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if !inspect(c, key).await.is_some_and(|(held, ..)| held) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{key} never lapsed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Whether the server clock has reached `t`.
-pub async fn server_clock_reached(c: &Client, t: SystemTime) -> bool {
-    c.query_one("SELECT clock_timestamp() >= $1", &[&t])
-        .await
-        .expect("read the server clock")
-        .get(0)
 }
 
 /// Polls `pg_stat_activity` until backend `pid` has exited.

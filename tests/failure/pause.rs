@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use pglease_tests::{Wait, await_backend_waiting, backend_pid};
 
 use crate::node::{Node, blocking};
-use crate::{LIMIT, acquire, grant, inspect, renew, within};
+use crate::{LIMIT, acquire, grant_until, inspect, renew, within};
 
 /// F18: after a pause longer than the TTL the lease has lapsed: a blocking acquirer that was waiting
 /// takes it over with the next epoch, and the holder's heartbeat, queued during the pause, is
@@ -16,7 +16,7 @@ async fn a_paused_server_lapses_the_lease_and_a_waiting_acquirer_takes_over() {
     let observer = node.superuser().await;
     let holder = node.app().await;
     let ttl = Duration::from_secs(1);
-    let (e, x) = grant(&holder, "k", "worker-a", "1 second").await;
+    let (e, x) = grant_until(&holder, "k", "worker-a", "1 second").await;
 
     let waiter = node.app().await;
     let waiter_pid = backend_pid(&waiter).await;

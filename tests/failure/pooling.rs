@@ -2,17 +2,12 @@
 //! no session state, so any pooled connection may carry any call and pool resets change nothing
 //! (F28); the same through a real PgBouncer in transaction mode (F29).
 
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
+use pgcluster::pgbouncer::PgBouncer;
 use pglease_tests::APP;
-use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use crate::node::{DB, Node, blocking};
-use crate::{LIMIT, await_backend_gone, grant, held, inspect, not_held, release, renew};
+use crate::{await_backend_gone, grant, held, inspect, not_held, release, renew};
 
 /// F28: grant on one connection, renew on another, release on a third; a pool's reset (`DISCARD
 /// ALL`), closing a connection, and rolling back a transaction left open on a returned connection
@@ -22,7 +17,7 @@ async fn leases_belong_to_owners_not_connections_so_pool_resets_change_nothing()
     let node = Node::start();
     let pool = [node.app().await, node.app().await, node.app().await];
 
-    let (e, _) = grant(&pool[0], "k", "worker-a", "1 hour").await;
+    let e = grant(&pool[0], "k", "worker-a", "1 hour").await;
     let (status, x) = renew(&pool[1], "k", "worker-a", e, "2 hours").await;
     assert_eq!(status, "ok");
     let x = x.unwrap();
@@ -60,109 +55,27 @@ async fn leases_belong_to_owners_not_connections_so_pool_resets_change_nothing()
 /// A PgBouncer in transaction mode with one server connection, in front of a node: every client
 /// transaction runs on the same server session, and a client that leaves inside a transaction
 /// makes PgBouncer close that session.
-struct Bouncer {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
+fn start_bouncer(node: &Node) -> PgBouncer {
+    PgBouncer::builder(node.cluster())
+        .database(DB)
+        .user(APP)
+        .pool_size(1)
+        .max_client_conn(20)
+        .start()
+        .unwrap_or_else(|e| panic!("start PgBouncer (scripts/test.sh installs it): {e}"))
 }
 
-impl Bouncer {
-    fn start(node: &Node) -> Bouncer {
-        let exe = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .expect("PgBouncer is not installed (scripts/test.sh installs it)");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "pglease-failure-pgbouncer-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let users = dir.join("users.txt");
-        std::fs::write(&users, format!("\"{APP}\" \"\"\n")).unwrap();
-        let ini = dir.join("pgbouncer.ini");
-        std::fs::write(
-            &ini,
-            format!(
-                "[databases]\n\
-                 {DB} = host={socket} port={pg_port} dbname={DB}\n\
-                 [pgbouncer]\n\
-                 listen_addr = 127.0.0.1\n\
-                 listen_port = {port}\n\
-                 unix_socket_dir =\n\
-                 auth_type = trust\n\
-                 auth_file = {users}\n\
-                 pool_mode = transaction\n\
-                 default_pool_size = 1\n\
-                 max_client_conn = 20\n\
-                 ignore_startup_parameters = extra_float_digits\n",
-                socket = node.cluster().socket_dir().display(),
-                pg_port = node.cluster().port(),
-                users = users.display(),
-            ),
-        )
-        .unwrap();
-        for f in [&users, &ini] {
-            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
-        }
-        let log = std::fs::File::create(dir.join("pgbouncer.log")).unwrap();
-        let mut cmd = Command::new(exe);
-        // PgBouncer refuses to run as root; it switches to an unprivileged user itself.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            cmd.args(["-u", "nobody"]);
-        }
-        let child = cmd
-            .arg(&ini)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start PgBouncer");
-        let bouncer = Bouncer { child, dir, port };
-        let deadline = Instant::now() + LIMIT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "PgBouncer did not listen: {}",
-                std::fs::read_to_string(bouncer.dir.join("pgbouncer.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        bouncer
-    }
-
-    /// A client connection through PgBouncer. Calls use the simple query protocol: PgBouncer 1.18
-    /// in transaction mode cannot carry named prepared statements across transactions.
-    async fn connect(&self) -> Client {
-        let mut config = Config::new();
-        config
-            .host("127.0.0.1")
-            .port(self.port)
-            .user(APP)
-            .dbname(DB);
-        let (client, connection) = config
-            .connect(NoTls)
-            .await
-            .expect("connect through PgBouncer");
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        client
-    }
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A client connection through PgBouncer. Calls use the simple query protocol: PgBouncer 1.18 in
+/// transaction mode cannot carry named prepared statements across transactions.
+async fn connect(bouncer: &PgBouncer) -> Client {
+    let conninfo = bouncer.connection_string(DB, APP);
+    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect through PgBouncer: {e}\n{}", bouncer.log()));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
 }
 
 /// The first row of a simple query, as text.
@@ -192,8 +105,8 @@ async fn one_row(c: &Client, sql: &str) -> Vec<Option<String>> {
 async fn transaction_pooling_shares_a_server_session_but_never_a_lease() {
     let node = Node::start();
     let su = node.superuser().await;
-    let bouncer = blocking(|| Bouncer::start(&node));
-    let (a, b) = (bouncer.connect().await, bouncer.connect().await);
+    let bouncer = blocking(|| start_bouncer(&node));
+    let (a, b) = (connect(&bouncer).await, connect(&bouncer).await);
     let pid = one_row(&a, "SELECT pg_backend_pid()").await;
     assert_eq!(
         one_row(&b, "SELECT pg_backend_pid()").await,
@@ -219,7 +132,7 @@ async fn transaction_pooling_shares_a_server_session_but_never_a_lease() {
     );
     let state = node.state().await;
 
-    let c = bouncer.connect().await;
+    let c = connect(&bouncer).await;
     c.simple_query("BEGIN").await.unwrap();
     assert_eq!(
         one_row(
@@ -235,7 +148,7 @@ async fn transaction_pooling_shares_a_server_session_but_never_a_lease() {
     assert_eq!(node.state().await, state, "the abandoned renew rolled back");
 
     drop(a);
-    let d = bouncer.connect().await;
+    let d = connect(&bouncer).await;
     assert_ne!(
         one_row(&d, "SELECT pg_backend_pid()").await,
         pid,

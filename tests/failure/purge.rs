@@ -4,14 +4,14 @@
 use pglease_tests::{Wait, await_backend_waiting, backend_pid};
 
 use crate::node::Node;
-use crate::{LIMIT, await_lapsed, grant, inspect, not_held, release};
+use crate::{LIMIT, await_lapsed, grant, grant_until, inspect, not_held, release};
 
 /// A FREE key `old` at counter 2 and a LAPSED key `lapsed` at epoch 1.
 async fn idle_keys(node: &Node) {
     let app = node.app().await;
-    let (e, _) = grant(&app, "old", "worker-a", "1 hour").await;
+    let e = grant(&app, "old", "worker-a", "1 hour").await;
     assert_eq!(release(&app, "old", "worker-a", e).await, "ok");
-    grant(&app, "lapsed", "worker-a", "100 milliseconds").await;
+    grant_until(&app, "lapsed", "worker-a", "100 milliseconds").await;
     await_lapsed(&app, "lapsed").await;
 }
 
@@ -52,10 +52,10 @@ async fn a_crash_during_purge_keeps_rows_and_floor() {
     let app = node.app().await;
     assert_eq!(inspect(&app, "old").await, not_held(2));
     assert_eq!(inspect(&app, "lapsed").await, not_held(1));
-    assert_eq!(grant(&app, "old", "worker-b", "1 hour").await.0, 3);
-    assert_eq!(grant(&app, "lapsed", "worker-b", "1 hour").await.0, 2);
+    assert_eq!(grant_until(&app, "old", "worker-b", "1 hour").await.0, 3);
+    assert_eq!(grant_until(&app, "lapsed", "worker-b", "1 hour").await.0, 2);
     assert_eq!(
-        grant(&app, "new", "worker-b", "1 hour").await.0,
+        grant_until(&app, "new", "worker-b", "1 hour").await.0,
         1,
         "the floor is still 0"
     );
@@ -87,7 +87,7 @@ async fn a_committed_purge_survives_a_crash_and_recreated_keys_start_above() {
     assert_eq!(inspect(&app, "old").await, None);
     for k in ["old", "lapsed", "new"] {
         assert_eq!(
-            grant(&app, k, "worker-b", "1 hour").await.0,
+            grant_until(&app, k, "worker-b", "1 hour").await.0,
             3,
             "{k} starts above the floor"
         );

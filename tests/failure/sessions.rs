@@ -6,7 +6,9 @@ use std::time::Duration;
 use pglease_tests::backend_pid;
 
 use crate::node::Node;
-use crate::{LIMIT, await_backend_gone, grant, held, inspect, not_held, release, renew, within};
+use crate::{
+    LIMIT, await_backend_gone, grant, grant_until, held, inspect, not_held, release, renew, within,
+};
 
 /// How the holder's session dies.
 #[derive(Clone, Copy)]
@@ -23,7 +25,7 @@ async fn dead_session_keeps_its_lease_until_expiry(death: Death) {
     let other = node.app().await;
     let holder = node.app().await;
     let pid = backend_pid(&holder).await;
-    let (e, x) = grant(&holder, "k", "worker-a", "3 seconds").await;
+    let (e, x) = grant_until(&holder, "k", "worker-a", "3 seconds").await;
 
     match death {
         Death::Terminated => {
@@ -99,7 +101,7 @@ async fn a_dead_sessions_lease_can_be_renewed_and_released_by_its_owner_elsewher
     let su = node.superuser().await;
     let holder = node.app().await;
     let pid = backend_pid(&holder).await;
-    let (e, _) = grant(&holder, "k", "worker-a", "1 hour").await;
+    let e = grant(&holder, "k", "worker-a", "1 hour").await;
     su.execute("SELECT pg_terminate_backend($1)", &[&pid])
         .await
         .unwrap();
@@ -115,7 +117,10 @@ async fn a_dead_sessions_lease_can_be_renewed_and_released_by_its_owner_elsewher
     assert_eq!(inspect(&again, "k").await, held("worker-a", e, x.unwrap()));
     assert_eq!(release(&again, "k", "worker-a", e).await, "ok");
     assert_eq!(inspect(&again, "k").await, not_held(e + 1));
-    assert_eq!(grant(&again, "k", "worker-b", "1 hour").await.0, e + 2);
+    assert_eq!(
+        grant_until(&again, "k", "worker-b", "1 hour").await.0,
+        e + 2
+    );
 }
 
 /// F11: a backend killed with SIGKILL makes the postmaster end every session and reinitialise
@@ -126,10 +131,10 @@ async fn a_killed_backend_resets_every_session_but_keeps_committed_state() {
     let node = Node::start();
     let holder = node.app().await;
     let pid = backend_pid(&holder).await;
-    let (e, x) = grant(&holder, "k", "worker-a", "1 hour").await;
+    let (e, x) = grant_until(&holder, "k", "worker-a", "1 hour").await;
     let bystander = node.app().await;
     bystander.batch_execute("BEGIN").await.unwrap();
-    grant(&bystander, "uncommitted", "worker-b", "1 hour").await;
+    grant_until(&bystander, "uncommitted", "worker-b", "1 hour").await;
     let committed = node.state().await;
 
     node.signal(pid, libc::SIGKILL);

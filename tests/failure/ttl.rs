@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_postgres::Client;
 
 use crate::node::Node;
-use crate::{acquire, await_lapsed, grant, inspect, not_held, release, renew};
+use crate::{acquire, await_lapsed, grant_until, inspect, not_held, release, renew};
 
 /// F19: the holder's work outlasts its TTL: renew and release say `lapsed`; after a takeover they
 /// say `not_owner`, and a guard that remembers the highest epoch rejects the old holder's write.
@@ -20,7 +20,7 @@ async fn a_too_short_ttl_shows_as_lapsed_and_the_guard_rejects_the_old_epoch() {
     );
     let a = node.app().await;
     let b = node.app().await;
-    let (e, x) = grant(&a, "k", "worker-a", "300 milliseconds").await;
+    let (e, x) = grant_until(&a, "k", "worker-a", "300 milliseconds").await;
     assert_eq!(guarded_write(&a, e, "a").await, 1);
 
     // The holder's "work" outlasts the TTL; the server's clock decides.
@@ -29,7 +29,7 @@ async fn a_too_short_ttl_shows_as_lapsed_and_the_guard_rejects_the_old_epoch() {
     assert_eq!(release(&a, "k", "worker-a", e).await, "lapsed");
     assert_eq!(inspect(&a, "k").await, not_held(e), "nothing changed");
 
-    let (e2, x2) = grant(&b, "k", "worker-b", "1 hour").await;
+    let (e2, x2) = grant_until(&b, "k", "worker-b", "1 hour").await;
     assert_eq!(e2, e + 1);
     assert!(
         x2 - Duration::from_secs(3600) >= x,

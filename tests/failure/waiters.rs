@@ -27,8 +27,8 @@ async fn register(c: &Client, key: &str) -> (bool, Option<i64>, Option<bool>) {
 async fn a_waiter_that_reconnects_after_a_crash_misses_no_release() {
     let mut node = Node::start();
     let holder = node.app().await;
-    let (e, _) = grant(&holder, "k", "worker-a", "1 hour").await;
-    let (e2, _) = grant(&holder, "k2", "worker-a", "1 hour").await;
+    let e = grant(&holder, "k", "worker-a", "1 hour").await;
+    let e2 = grant(&holder, "k2", "worker-a", "1 hour").await;
     let waiter = node.app().await;
     waiter
         .batch_execute("LISTEN pg_lease_released")

@@ -9,6 +9,7 @@
 //! Every test uses its own keys (`key(...)`) or its own database (`fresh_db(...)`).
 
 pub mod calls;
+pub mod lapse;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -223,27 +224,30 @@ pub async fn backend_pid(client: &Client) -> i32 {
 /// This observes the server's own state; it never assumes a step is blocked because time passed.
 pub async fn await_backend_waiting(observer: &Client, pid: i32, wait: Wait, limit: Duration) {
     let deadline = Instant::now() + limit;
-    let sql = match wait {
-        Wait::Sleep => {
-            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep'"
-        }
-        Wait::Lock => "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted",
-    };
-    loop {
-        let n: i64 = observer
-            .query_one(sql, &[&pid])
-            .await
-            .expect("observe pg_stat_activity/pg_locks")
-            .get(0);
-        if n > 0 {
-            return;
-        }
+    while !is_backend_waiting(observer, pid, wait).await {
         assert!(
             Instant::now() < deadline,
             "backend {pid} was not seen waiting ({wait:?}) within {limit:?}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Whether the backend `pid` is, at this moment, sleeping in `pg_sleep` ([`Wait::Sleep`]) or
+/// waiting for a heavyweight lock ([`Wait::Lock`]), as seen from `observer`.
+pub async fn is_backend_waiting(observer: &Client, pid: i32, wait: Wait) -> bool {
+    let sql = match wait {
+        Wait::Sleep => {
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep'"
+        }
+        Wait::Lock => "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted",
+    };
+    let n: i64 = observer
+        .query_one(sql, &[&pid])
+        .await
+        .expect("observe pg_stat_activity/pg_locks")
+        .get(0);
+    n > 0
 }
 
 /// What a backend is expected to be waiting on.

@@ -2,7 +2,10 @@
 //! behaviour it contradicted. All were fixed in 0.2.0; they stay as regression tests (each failed on
 //! the SQL before the fix).
 
-use pglease_tests::{ADMIN, APP, expect_error, server};
+use std::time::{Duration, Instant};
+
+use pglease_tests::lapse::await_lapsed;
+use pglease_tests::{ADMIN, APP, Wait, backend_pid, expect_error, is_backend_waiting, server};
 
 /// SEMANTICS §6 / I8: invalid input raises 22023 naming every violation; a valid ttl is accepted.
 /// Bug: acquire and renew test `clock_timestamp() + ttl <= clock_timestamp()` with two clock
@@ -103,14 +106,16 @@ async fn purge_never_deadlocks_with_a_transaction_that_grants_then_creates_keys(
     let db = s.fresh_db_with_extension("purge_deadlock");
     let t1 = s.connect_as(&db, APP).await;
     let admin = s.connect_as(&db, ADMIN).await;
+    let observer = s.connect_super(&db).await;
     t1.query_one("SELECT lease.acquire('idle', 'o', '1 millisecond')", &[])
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    await_lapsed(&t1, "idle").await;
     t1.batch_execute("BEGIN").await.unwrap();
     t1.query_one("SELECT lease.acquire('idle', 'o', '1 hour')", &[])
         .await
         .unwrap();
+    let purge_pid = backend_pid(&admin).await;
     let purge = tokio::spawn(async move {
         admin
             .query_one("SELECT lease.purge('0')", &[])
@@ -118,7 +123,18 @@ async fn purge_never_deadlocks_with_a_transaction_that_grants_then_creates_keys(
             .map(|r| r.get::<_, i64>(0))
             .map_err(|e| e.code().map(|c| c.code().to_string()))
     });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await; // purge is now waiting on 'idle'
+    // The deadlock needs purge to hold the floor sentinel before t1 creates a key (otherwise t1
+    // takes the sentinel first and purge just waits for it). Purge takes the sentinel first thing,
+    // then its row locks: with the bug it then waits on the row lock of 'idle' (seen in pg_locks);
+    // fixed, it skips that row and finishes. Either is observed, never assumed from elapsed time.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !purge.is_finished() && !is_backend_waiting(&observer, purge_pid, Wait::Lock).await {
+        assert!(
+            Instant::now() < deadline,
+            "purge neither finished nor waited on a lock within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let created = t1
         .query_one("SELECT lease.acquire('new', 'o', '1 hour')", &[])
         .await
@@ -149,8 +165,14 @@ async fn the_installer_cannot_run_code_as_the_function_owner_through_schema_leas
              CREATE OPERATOR lease.|| (leftarg = text, rightarg = integer, function = lease.hijack);",
         )
         .await;
-    if created.is_err() {
-        return; // the installer cannot create objects in lease: nothing to hijack
+    if let Err(e) = created {
+        // The installer cannot create objects in lease: nothing to hijack, which is also safe.
+        eprintln!(
+            "the_installer_cannot_run_code_as_the_function_owner_through_schema_lease: the \
+             installer could not create an operator in schema lease ({e}), so there is nothing \
+             to hijack; the rest of the check does not apply"
+        );
+        return;
     }
     let app = s.connect_as(&db, APP).await;
     let e = expect_error(

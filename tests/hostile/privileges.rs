@@ -3,6 +3,7 @@
 //! by granting itself; and a role that may only CREATE in a database it does not own can install and
 //! use the extension.
 
+use pglease_tests::lapse::await_lapsed;
 use pglease_tests::{ADMIN, APP, server};
 use tokio_postgres::Client;
 
@@ -134,7 +135,7 @@ async fn extension_installs_for_a_role_with_create_on_a_database_it_does_not_own
         .get(0);
     assert_eq!(epoch, 1);
     refused(&app, "SELECT lease.purge('0')", "42501").await;
-    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    await_lapsed(&app, "k").await;
     let purged: i64 = admin
         .query_one("SELECT lease.purge('0')", &[])
         .await

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::SystemTime;
 
+use pglease_tests::lapse::await_lapsed;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use tokio_postgres::Row as PgRow;
@@ -134,8 +135,21 @@ async fn prepare(db: &Db, key: &Text, owner: &Text, setup: Setup) {
             acquire(caller, "1 hour").await;
         }
         Setup::LapsedCaller => {
-            acquire(caller, "1 millisecond").await;
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            // Only a grant made just now lapses (a re-acquire of the caller's own lease keeps its
+            // expiry; another owner's lease is refused): wait for that lapse on the server clock.
+            let fresh: Option<bool> = db
+                .app
+                .query_one(
+                    "SELECT expires_at <= clock_timestamp() + interval '1 millisecond' \
+                       FROM lease.acquire($1, $2, '1 millisecond')",
+                    &[&key.0, &caller],
+                )
+                .await
+                .expect("setup acquire")
+                .get(0);
+            if fresh == Some(true) {
+                await_lapsed(&db.app, key.0.as_deref().expect("valid")).await;
+            }
         }
         Setup::Released => {
             if let Some(e) = acquire(caller.clone(), "1 hour").await {

@@ -1,7 +1,8 @@
-//! A small isolation tester in the spirit of PostgreSQL's `src/test/isolation`: named sessions (each
-//! its own connection as the role `app`), named SQL steps, and an explicit permutation of step names.
+//! A small isolation tester in the spirit of PostgreSQL's `src/test/isolation`: it runs the
+//! permutations of a [`Spec`] (named sessions, each its own connection as the role `app`; named SQL
+//! steps; explicit permutations of step names), read from a spec file (the format: `parse.rs`).
 //!
-//! Steps and setup name the key they work on `'k'`; every run of a permutation replaces `'k'` with a
+//! Steps, setup and teardown name the key they work on `'k'`; every run of a permutation replaces `'k'` with a
 //! key of its own (`'iso<n>/k'`, in the shared database), so each run starts from a key that was
 //! never used, and transcripts show the SQL as written.
 //!
@@ -20,7 +21,7 @@
 //!
 //! A lock waiter is woken by the lock manager before the waking step returns, so the check right
 //! after that step is exact. A sleeping acquire only re-checks every 50 ms, so the step expected to
-//! wake it is named in the permutation, as in PostgreSQL's specs: `"s2_acquire(s1_release)"`. The
+//! wake it is named in the permutation, as in PostgreSQL's specs: `s2_acquire(s1_release)`. The
 //! runner then waits for `s2_acquire` to complete once `s1_release` has completed (and records it
 //! if it completes any earlier, which then shows in the transcript).
 //!
@@ -47,18 +48,47 @@ const STEP_LIMIT: Duration = Duration::from_secs(60);
 /// Numbers the runs, for their keys.
 static RUNS: AtomicU32 = AtomicU32::new(0);
 
-/// A spec: sessions with their steps. Run permutations of the steps with [`Spec::check`].
-#[derive(Default)]
+/// A spec: setup and teardown SQL, sessions with their steps, and the permutations to run (read
+/// from a spec file by [`Spec::parse`]).
+#[derive(Debug, Default)]
 pub struct Spec {
-    setup: Vec<String>,
-    sessions: Vec<SessionDef>,
+    /// SQL run as `app` before each permutation's sessions connect (not in the transcript).
+    pub setup: Vec<String>,
+    /// SQL run as `app` after each permutation's steps have all completed (not in the transcript).
+    pub teardown: Vec<String>,
+    /// The sessions, in the order they were defined.
+    pub sessions: Vec<SessionDef>,
+    /// The permutations, in the order they were defined.
+    pub permutations: Vec<Permutation>,
 }
 
-struct SessionDef {
-    name: String,
+/// A session: its own connection as `app`, and its steps.
+#[derive(Debug)]
+pub struct SessionDef {
+    /// The session's name.
+    pub name: String,
     /// Whether a `pg_sleep` in this session's steps counts as waiting (false for timer sessions).
-    sleep_is_waiting: bool,
-    steps: Vec<(String, String)>,
+    pub sleep_is_waiting: bool,
+    /// `(step name, SQL)`, the SQL with its whitespace collapsed.
+    pub steps: Vec<(String, String)>,
+}
+
+/// A named order of steps.
+#[derive(Debug)]
+pub struct Permutation {
+    /// The permutation's name (the property its transcript shows).
+    pub name: String,
+    /// The steps, in order.
+    pub steps: Vec<StepRef>,
+}
+
+/// A step of a permutation, and the step expected to wake it, if it blocks.
+#[derive(Debug)]
+pub struct StepRef {
+    /// The step's name.
+    pub name: String,
+    /// The step after which this one is expected to complete (`STEP(WAKER)` in the spec).
+    pub woken_by: Option<String>,
 }
 
 type StepResult = Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>;
@@ -82,52 +112,33 @@ struct Waiting {
 }
 
 impl Spec {
-    /// An empty spec.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// SQL run as `app` before the sessions connect (not in the transcript).
-    pub fn setup(mut self, sql: &str) -> Self {
-        self.setup.push(sql.to_owned());
-        self
-    }
-
-    /// A session named `name` with its `(step name, SQL)` steps.
-    pub fn session(self, name: &str, steps: &[(&str, &str)]) -> Self {
-        self.add(name, true, steps)
-    }
-
-    /// A session whose steps only wait for the server clock (see the module docs).
-    pub fn timer(self, name: &str, steps: &[(&str, &str)]) -> Self {
-        self.add(name, false, steps)
-    }
-
-    fn add(mut self, name: &str, sleep_is_waiting: bool, steps: &[(&str, &str)]) -> Self {
-        self.sessions.push(SessionDef {
-            name: name.to_owned(),
-            sleep_is_waiting,
-            steps: steps
+    /// Runs every permutation in order and returns the output an expected file holds: for each, a
+    /// line `permutation NAME: STEP...` and its transcript, with a blank line between them.
+    pub async fn run(&self) -> String {
+        let mut out = String::new();
+        for (i, p) in self.permutations.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            let steps: Vec<String> = p
+                .steps
                 .iter()
-                .map(|(n, sql)| ((*n).to_owned(), (*sql).to_owned()))
-                .collect(),
-        });
-        self
+                .map(|s| match &s.woken_by {
+                    Some(w) => format!("{}({w})", s.name),
+                    None => s.name.clone(),
+                })
+                .collect();
+            let header = format!("permutation {}: {}", p.name, steps.join(" "));
+            // Shown with a failing test's output: which permutation was running.
+            println!("{header}");
+            writeln!(out, "{header}").unwrap();
+            out.push_str(&self.run_permutation(p).await);
+        }
+        out
     }
 
-    /// Runs `permutation` on a key of its own and asserts that its transcript is `expected`
-    /// (compared line by line, ignoring indentation and blank lines).
-    pub async fn check(&self, permutation: &[&str], expected: &str) {
-        let got = self.run(permutation).await;
-        let want = normalise(expected);
-        assert!(
-            got == want,
-            "transcript of permutation {permutation:?} differs\n--- expected\n{want}--- got\n{got}"
-        );
-    }
-
-    /// Runs `permutation` on a key of its own and returns its transcript.
-    pub async fn run(&self, permutation: &[&str]) -> String {
+    /// Runs one permutation on a key of its own and returns its transcript.
+    async fn run_permutation(&self, permutation: &Permutation) -> String {
         let key = format!("'iso{}/k'", RUNS.fetch_add(1, Ordering::Relaxed));
         let own_key = |sql: &str| sql.replace("'k'", &key);
         let steps: HashMap<&str, (usize, &str)> = self
@@ -165,27 +176,31 @@ impl Spec {
             });
         }
 
-        for entry in permutation {
-            let (name, woken_by) = match entry.split_once('(') {
-                Some((n, rest)) => (n, Some(rest.trim_end_matches(')').to_owned())),
-                None => (*entry, None),
-            };
+        for entry in &permutation.steps {
+            let name = entry.name.as_str();
             let &(session, sql) = steps
                 .get(name)
                 .unwrap_or_else(|| panic!("permutation names an unknown step {name:?}"));
             if let Some(w) = run.waiting.iter().find(|w| w.session == session) {
                 panic!(
-                    "step {name} runs in session {} while its step {} still waits",
-                    self.sessions[session].name, w.step
+                    "permutation {}: step {name} runs in session {} while its step {} still \
+                     waits\n{}",
+                    permutation.name, self.sessions[session].name, w.step, run.transcript
                 );
             }
-            run.start(name, session, sql, &own_key(sql), woken_by).await;
+            run.start(name, session, sql, &own_key(sql), entry.woken_by.clone())
+                .await;
             run.after_step().await;
         }
         while !run.waiting.is_empty() {
             let mut w = run.waiting.remove(0);
             let result = run.finish(&w.step, &mut w.handle).await;
             run.completed(&w.step, Some(result));
+        }
+        if !self.teardown.is_empty() {
+            let c = srv.app().await;
+            let teardown = own_key(&self.teardown.join(";\n"));
+            c.batch_execute(&teardown).await.expect("spec teardown");
         }
         run.transcript
     }
@@ -210,8 +225,7 @@ impl Run {
         run: &str,
         woken_by: Option<String>,
     ) {
-        let shown = sql.split_whitespace().collect::<Vec<_>>().join(" ");
-        write!(self.transcript, "step {name}: {shown}").unwrap();
+        write!(self.transcript, "step {name}: {sql}").unwrap();
         let client = Arc::clone(&self.sessions[session].client);
         let sql = run.to_owned();
         let mut handle = tokio::spawn(async move { client.simple_query(&sql).await });
@@ -340,14 +354,4 @@ fn render(out: &mut String, result: StepResult) {
             None => panic!("step failed without a server error: {e}"),
         },
     }
-}
-
-/// An expected transcript as the runner writes it: lines trimmed, blank lines dropped.
-fn normalise(expected: &str) -> String {
-    expected
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|l| format!("{l}\n"))
-        .collect()
 }

@@ -84,7 +84,7 @@ async fn a_fenced_transaction_holds_off_takeover_release_and_renew_until_it_comm
         .unwrap();
     // The lease lapses while the guarded transaction is still open ...
     let su = s.connect_super(pglease_tests::SHARED_DB).await;
-    crate::wait_until_not_held(&su, &k).await;
+    crate::await_lapsed(&su, &k).await;
     // ... and yet a takeover cannot happen until the guarded writes commit.
     let rival_pid = backend_pid(&rival).await;
     let k2 = k.clone();
@@ -156,7 +156,7 @@ async fn renew_and_release_queued_behind_a_fence_report_a_lapse_that_happened_wh
                 .get::<_, String>(0)
         });
         await_backend_waiting(&observer, queued_pid, Wait::Lock, Duration::from_secs(10)).await;
-        crate::wait_until_not_held(&su, &k).await;
+        crate::await_lapsed(&su, &k).await;
         fenced.batch_execute("COMMIT").await.unwrap();
         assert_eq!(
             waiting.await.unwrap(),

@@ -130,7 +130,7 @@ async fn renew_and_release_report_the_first_failed_check_in_precedence_order() {
                 let ttl = if lapsed { "50 milliseconds" } else { "1 hour" };
                 assert_eq!(grant(&c, &k, "holder", ttl).await, 2);
                 if lapsed {
-                    crate::wait_until_not_held(&c, &k).await;
+                    crate::await_lapsed(&c, &k).await;
                 }
                 let owner = if same_owner { "holder" } else { "stranger" };
                 let epoch = if same_epoch { 2 } else { 1 };

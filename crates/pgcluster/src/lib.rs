@@ -47,6 +47,7 @@ mod install;
 mod ipc;
 mod mirror;
 mod persistent;
+pub mod pgbouncer;
 mod proctree;
 mod registry;
 mod sweep;

@@ -206,27 +206,50 @@ fn the_command_gets_the_lease_in_its_environment() {
 fn a_command_longer_than_the_ttl_keeps_its_lease() {
     let case = Case::new("renewed");
     let dir = case.path().display().to_string();
-    // Two and a half ttls long: only a kept-alive lease lets it finish.
+    // Two and a half ttls long: only a kept-alive lease lets it finish. It then stays until the
+    // test has inspected the lease, so the lease is still the command's when `inspect` looks.
     let mut run = case
         .pglease([
             "run",
             "--key",
             "long",
+            "--owner",
+            "long-owner",
             "--ttl",
             "2s",
             "--",
             "sh",
             "-c",
-            &format!("sleep 5; echo \"$PGLEASE_EPOCH\" > {dir}/done"),
+            &format!(
+                "sleep 5; echo \"$PGLEASE_EPOCH\" > {dir}/done; \
+                 while [ ! -e {dir}/go ]; do sleep 0.02; done"
+            ),
         ])
         .spawn();
     run.read_when_written(&case.file("done"), LONG);
     let state = case
         .pglease(["inspect", "--key", "long", "--json"])
         .output();
+    std::fs::write(case.file("go"), "").unwrap();
     let out = run.wait(LONG);
     out.expect_code(0);
     state.expect_code(0);
+    let state = state.json();
+    expect_eq(
+        "held after two and a half ttls",
+        &serde_json::Value::Bool(true),
+        &state["held"],
+    );
+    expect_eq(
+        "the holder after two and a half ttls",
+        &serde_json::Value::from("long-owner"),
+        &state["owner"],
+    );
+    expect_eq(
+        "the epoch held after two and a half ttls",
+        &serde_json::Value::from(1),
+        &state["epoch"],
+    );
     expect_eq(
         "the epoch the command saw",
         "1\n".to_string(),

@@ -1,18 +1,16 @@
 //! Shared helpers: one private PostgreSQL server for the whole test binary (plus private ones for
-//! tests that freeze their server), clients, keys, a PgBouncer runner, and bounded waits for
+//! tests that freeze their server), clients, keys, a PgBouncer (pgcluster's), and bounded waits for
 //! observable states.
 //!
 //! Server version: `PGLEASE_PG_VERSION` (default 15).
 
-use std::fs;
 use std::future::Future;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use pgcluster::pgbouncer::PgBouncer;
 use pgcluster::{Cluster, ClusterBuilder};
 use pglease::Client;
 use tokio_postgres::NoTls;
@@ -144,116 +142,17 @@ pub async fn state(su: &tokio_postgres::Client, key: &str) -> Option<pglease::Le
     pglease::inspect(su, key).await.expect("inspect")
 }
 
-/// A PgBouncer in transaction mode in front of `cluster`, run as `nobody`; stopped on drop.
-pub struct PgBouncer {
-    child: Child,
-    /// The port it listens on at 127.0.0.1.
-    pub port: u16,
-    dir: PathBuf,
-}
-
-impl PgBouncer {
-    /// Starts PgBouncer (the Debian package `pgbouncer`) with `pool_mode = transaction` for
-    /// database `db` of `cluster`, reached over TCP. Panics if the binary is missing.
-    pub fn start(cluster: &Cluster, db: &str) -> PgBouncer {
-        let bin = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .unwrap_or_else(|| {
-                panic!(
-                    "pgbouncer is not installed (looked for /usr/sbin/pgbouncer and \
-                     /usr/bin/pgbouncer): the pooler tests need it; install the Debian package \
-                     with `apt-get update && apt-get install -y pgbouncer`"
-                )
-            });
-        let dir =
-            std::env::temp_dir().join(key(&format!("pglease-pgbouncer-{}", std::process::id())));
-        fs::create_dir_all(&dir).expect("create the pgbouncer directory");
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
-        let port = free_port();
-        let ini = dir.join("pgbouncer.ini");
-        let users = dir.join("userlist.txt");
-        fs::write(&users, "\"postgres\" \"\"\n").expect("write userlist");
-        fs::write(
-            &ini,
-            format!(
-                "[databases]\n\
-                 {db} = host=127.0.0.1 port={server} dbname={db}\n\
-                 [pgbouncer]\n\
-                 listen_addr = 127.0.0.1\n\
-                 listen_port = {port}\n\
-                 unix_socket_dir =\n\
-                 auth_type = trust\n\
-                 auth_file = {users}\n\
-                 pool_mode = transaction\n\
-                 max_client_conn = 200\n\
-                 default_pool_size = 20\n\
-                 admin_users = postgres\n\
-                 ignore_startup_parameters = extra_float_digits\n",
-                server = cluster.port(),
-                users = users.display(),
-            ),
-        )
-        .expect("write pgbouncer.ini");
-        for file in [&ini, &users] {
-            fs::set_permissions(file, fs::Permissions::from_mode(0o644)).expect("chmod");
-        }
-        let log = fs::File::create(dir.join("pgbouncer.log")).expect("create the log");
-        let mut command = Command::new(&bin);
-        // PgBouncer refuses to run as root: as root, have it switch to `nobody`.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            command.args(["-u", "nobody"]);
-        }
-        let child = command
-            .arg(&ini)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let mut bouncer = PgBouncer { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = bouncer.child.try_wait() {
-                panic!("pgbouncer exited ({status}): {}", bouncer.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pgbouncer did not listen: {}",
-                bouncer.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        bouncer
-    }
-
-    /// A connection string through PgBouncer to `db`.
-    pub fn conninfo(&self, db: &str, app: &str) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname={db} application_name={app}",
-            self.port
-        )
-    }
-
-    /// PgBouncer's log so far.
-    pub fn log(&self) -> String {
-        fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// A PgBouncer in transaction mode in front of `cluster` for database `db`, with `postgres` as
+/// its user and admin. Panics (naming the Debian package) if it cannot start.
+pub fn start_pgbouncer(cluster: &Cluster, db: &str) -> PgBouncer {
+    PgBouncer::builder(cluster)
+        .database(db)
+        .admin_user("postgres")
+        .start()
+        .unwrap_or_else(|e| {
+            panic!(
+                "pgbouncer could not start: {e}\nthe pooler tests need it; install the Debian \
+                 package with `apt-get update && apt-get install -y pgbouncer`"
+            )
+        })
 }

@@ -5,33 +5,35 @@ use std::time::Duration;
 
 use pglease::Client;
 
-use crate::common::{self, PgBouncer, eventually, key, state, superuser, waiter_registered};
+use pgcluster::pgbouncer::PgBouncer;
+
+use crate::common::{self, eventually, key, state, superuser, waiter_registered};
 
 async fn pooled_client(bouncer: &PgBouncer, app: &str) -> Client {
     Client::builder()
         .pooler_mode(true)
         .poll_cap(Duration::from_millis(500))
-        .connect(&bouncer.conninfo(common::DB, app))
+        .connect(&format!(
+            "{} application_name={app}",
+            bouncer.connection_string(common::DB, "postgres")
+        ))
         .await
         .unwrap_or_else(|e| panic!("connect through pgbouncer: {e}\n{}", bouncer.log()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pooler_mode_acquires_waits_and_releases_through_pgbouncer_in_transaction_mode() {
-    let bouncer = tokio::task::spawn_blocking(|| PgBouncer::start(common::cluster(), common::DB))
-        .await
-        .unwrap();
+    let bouncer =
+        tokio::task::spawn_blocking(|| common::start_pgbouncer(common::cluster(), common::DB))
+            .await
+            .unwrap();
     let k = key("pooler");
     let holder = pooled_client(&bouncer, &format!("{k}-holder")).await;
     let waiter = pooled_client(&bouncer, &format!("{k}-waiter")).await;
     let su = superuser().await;
 
     // Statements really go through PgBouncer in transaction mode.
-    let show = common::raw(&format!(
-        "host=127.0.0.1 port={} user=postgres dbname=pgbouncer",
-        bouncer.port
-    ))
-    .await;
+    let show = common::raw(&bouncer.connection_string("pgbouncer", "postgres")).await;
     let modes: Vec<String> = show
         .simple_query("SHOW CONFIG")
         .await
