@@ -19,6 +19,7 @@
 
 mod found_bugs;
 mod inputs;
+mod installer;
 mod privileges;
 mod props;
 mod search_path;

@@ -8,7 +8,7 @@ use pglease_tests::{ADMIN, APP, server};
 use tokio_postgres::Client;
 
 /// Runs `sql` as one transaction that must fail with `code`; rolls back afterwards.
-async fn refused(c: &Client, sql: &str, code: &str) {
+pub async fn refused(c: &Client, sql: &str, code: &str) {
     let res = c.batch_execute(&format!("BEGIN; {sql}; COMMIT")).await;
     let _ = c.batch_execute("ROLLBACK").await;
     match res {

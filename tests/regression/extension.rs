@@ -175,3 +175,141 @@ fn tempfile_dir(label: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Runs a PostgreSQL client program of the server under test against it, as `role`; panics with
+/// its stderr if it fails. `stdin`: fed to the program.
+fn run_client_program(program: &str, role: &str, args: &[&str], stdin: Option<Vec<u8>>) -> Vec<u8> {
+    use std::io::Write as _;
+    let s = server();
+    let bindir = s.cluster().installation().bindir().to_path_buf();
+    let socket = s.cluster().socket_dir().display().to_string();
+    let port = s.cluster().port().to_string();
+    let mut child = Command::new(bindir.join(program))
+        .args(["-h", &socket, "-p", &port, "-U", role])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let mut input = child.stdin.take().unwrap();
+    if let Some(bytes) = stdin {
+        input.write_all(&bytes).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?} as {role} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Leases, epochs and the floor in `db`: a key purged at counter 8, a free key at counter 10, and a
+/// key held at epoch 9 (created after the purge: above the floor).
+async fn make_lease_state(db: &str) {
+    let admin = server().connect_as(db, ADMIN).await;
+    for _ in 0..4 {
+        let e = grant(&admin, "purged", "w", "1 hour").await;
+        release(&admin, "purged", "w", e).await;
+    }
+    let purged: i64 = admin
+        .query_one("SELECT lease.purge('0')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(purged, 1);
+    let e = grant(&admin, "kept", "w", "1 hour").await;
+    release(&admin, "kept", "w", e).await; // created at 9, counter 10
+    assert_eq!(grant(&admin, "held", "w", "1 hour").await, 9);
+}
+
+/// What [`make_lease_state`] made, as found in `db`.
+async fn check_lease_state(db: &str, how: &str) {
+    let c = server().connect_as(db, APP).await;
+    assert_eq!(
+        inspect(&c, "kept").await,
+        Some((false, None, 10, None)),
+        "{how}: row and counter restored"
+    );
+    let held = inspect(&c, "held").await.expect("held key restored");
+    assert_eq!(
+        (held.0, held.1.as_deref(), held.2),
+        (true, Some("w"), 9),
+        "{how}"
+    );
+    assert_eq!(grant(&c, "kept", "w", "1 hour").await, 11, "{how}");
+    assert_eq!(
+        grant(&c, "purged", "w", "1 hour").await,
+        9,
+        "{how}: floor restored, above the purged counter 8"
+    );
+}
+
+#[tokio::test]
+async fn the_installing_role_dumps_and_restores_its_own_database_with_every_lease_and_epoch() {
+    let s = server();
+    let src = s.fresh_db_with_extension("own_dump_src");
+    make_lease_state(&src).await;
+    let archive = tempfile_dir("own_dump").join("lease.dump");
+    let archive_arg = archive.display().to_string();
+
+    // Custom format, restored with pg_restore, as the installing role (owner of both databases).
+    run_client_program("pg_dump", ADMIN, &["-Fc", "-f", &archive_arg, &src], None);
+    let dst = s.fresh_db("own_dump_dst");
+    run_client_program(
+        "pg_restore",
+        ADMIN,
+        &[
+            "--no-owner",
+            "--no-privileges",
+            "--exit-on-error",
+            "-d",
+            &dst,
+            &archive_arg,
+        ],
+        None,
+    );
+    check_lease_state(&dst, "pg_dump -Fc | pg_restore, as the installing role").await;
+
+    // Plain format through psql, stopping at the first error.
+    let plain = run_client_program(
+        "pg_dump",
+        ADMIN,
+        &["--no-owner", "--no-privileges", &src],
+        None,
+    );
+    let dst = s.fresh_db("own_plain_dst");
+    run_client_program(
+        "psql",
+        ADMIN,
+        &["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", &dst],
+        Some(plain),
+    );
+    check_lease_state(&dst, "pg_dump | psql, as the installing role").await;
+
+    // A superuser's dump, restored by the installing role.
+    run_client_program(
+        "pg_dump",
+        "postgres",
+        &["-Fc", "-f", &archive_arg, &src],
+        None,
+    );
+    let dst = s.fresh_db("su_dump_dst");
+    run_client_program(
+        "pg_restore",
+        ADMIN,
+        &[
+            "--no-owner",
+            "--no-privileges",
+            "--exit-on-error",
+            "-d",
+            &dst,
+            &archive_arg,
+        ],
+        None,
+    );
+    check_lease_state(&dst, "a superuser's dump restored by the installing role").await;
+    std::fs::remove_dir_all(archive.parent().unwrap()).unwrap();
+}
