@@ -23,6 +23,7 @@ mod installer;
 mod privileges;
 mod props;
 mod search_path;
+mod settings;
 
 use std::io::Write as _;
 

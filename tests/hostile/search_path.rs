@@ -323,7 +323,7 @@ async fn log_count(su: &Client) -> i64 {
 
 /// Every API call, with the results a correct implementation gives (keys under `p`, in a database
 /// where nothing else happened to them).
-async fn exercise_api(app: &Client, admin: &Client, p: &str) {
+pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
     let k = format!("{p}k");
     let q = |sql: &'static str| sql;
     let acquire = q(

@@ -107,3 +107,76 @@ async fn blocking_acquire_of_a_free_key_returns_at_once() {
         "did not wait for a free key"
     );
 }
+
+/// Audit finding 2 of the hardening issue: against a holder that takes and frees the key every few
+/// milliseconds, a blocking acquire whose wait ran out sometimes raised 22004 ("RAISE statement
+/// option cannot be null": the holder had released between the refused attempt and the read of its
+/// expiry) and gave up on a key that was free. Every call must end in a grant or in 57014 with its
+/// DETAIL, and the waiters must get the key now and then (it is free between the holder's turns).
+#[tokio::test]
+async fn a_wait_that_runs_out_against_a_churning_holder_raises_57014_never_another_code() {
+    let s = server();
+    let k = key("churn_57014", "probe");
+    let holder = s.app().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = tokio::spawn({
+        let (k, stop) = (k.clone(), stop.clone());
+        async move {
+            let mut cycles = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (got, epoch, _) = acquire(&holder, &k, "holder", "1 hour", "0").await;
+                if let (true, Some(e)) = (got, epoch) {
+                    // Held for 0-3 ms, then free for a moment.
+                    let ms = cycles % 4;
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    release(&holder, &k, "holder", e).await;
+                }
+                cycles += 1;
+            }
+            cycles
+        }
+    });
+    let mut waiters = Vec::new();
+    for w in 0..2 {
+        let k = k.clone();
+        waiters.push(tokio::spawn(async move {
+            let c = server().app().await;
+            let owner = format!("waiter{w}");
+            let (mut granted, mut timed_out) = (0u32, 0u32);
+            for _ in 0..600 {
+                match c
+                    .query_one(
+                        "SELECT epoch FROM lease.acquire($1, $2, interval '1 hour', interval '1 ms')",
+                        &[&k, &owner],
+                    )
+                    .await
+                {
+                    Ok(row) => {
+                        granted += 1;
+                        release(&c, &k, &owner, row.get(0)).await;
+                    }
+                    Err(e) => {
+                        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+                        assert_eq!(db.code().code(), "57014", "{db:?}");
+                        assert!(db.detail().is_some(), "57014 names the holder's expiry");
+                        timed_out += 1;
+                    }
+                }
+            }
+            (granted, timed_out)
+        }));
+    }
+    let (mut granted, mut timed_out) = (0, 0);
+    for w in waiters {
+        let (g, t) = w.await.unwrap();
+        granted += g;
+        timed_out += t;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let cycles = churn.await.unwrap();
+    assert!(
+        cycles > 0 && granted > 0,
+        "the key changed hands ({cycles} holder cycles)"
+    );
+    eprintln!("churn: {granted} grants, {timed_out} waits ran out, {cycles} holder cycles");
+}

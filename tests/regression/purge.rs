@@ -112,3 +112,35 @@ async fn purge_is_for_the_extension_owner_unless_granted() {
         .unwrap();
     assert_eq!(purge(&app, "1 hour").await, 0);
 }
+
+/// Audit finding 5 of the hardening issue: a release that waited for the key's row lock (behind a
+/// fence) counted the key as free from the start of its wait, so a purge right after it deleted the
+/// row. The key is free from the moment the release took effect.
+#[tokio::test]
+async fn a_release_that_waited_behind_a_fence_frees_the_key_from_the_end_of_its_wait() {
+    let s = server();
+    let db = s.fresh_db_with_extension("purge_after_fenced_release");
+    let holder = s.connect_as(&db, APP).await;
+    let guard = s.connect_as(&db, APP).await;
+    let observer = s.connect_super(&db).await;
+    let admin = s.connect_as(&db, ADMIN).await;
+    let e = grant(&holder, "k", "w", "1 hour").await;
+    guard
+        .batch_execute(&format!("BEGIN; SELECT lease.fence('k', 'w', {e})"))
+        .await
+        .unwrap();
+    let pid = backend_pid(&holder).await;
+    let released = tokio::spawn(async move { release(&holder, "k", "w", e).await });
+    await_backend_waiting(&observer, pid, Wait::Lock, Duration::from_secs(30)).await;
+    // The release waits behind the fence for longer than the purge bound below (time passing, not
+    // synchronisation: the wait itself was observed).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    guard.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(released.await.unwrap(), "ok");
+    assert_eq!(
+        purge(&admin, "1 second").await,
+        0,
+        "the key has been free for less than a second"
+    );
+    assert_eq!(inspect(&admin, "k").await, Some((false, None, e + 1, None)));
+}
