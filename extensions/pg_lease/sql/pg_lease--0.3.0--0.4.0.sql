@@ -394,9 +394,10 @@ BEGIN
     -- No argument needs a check before the UPDATE: an invalid key, owner or epoch matches no row, and
     -- they are checked before any refusal.
     LOOP
-        -- The clock is read inline, as in acquire. The status is 'ok' right away when the lease was
-        -- still HELD as the statement held the row, the release was stamped no more than 1 ms before
-        -- that (it did not wait for the row lock), and no waiter needs a notification.
+        -- The clock is read inline, as in acquire. The status is 'ok' right away when the release was
+        -- stamped no more than 1 ms before the statement's end (it did not wait for the row lock),
+        -- the lease was still HELD at the stamp (the moment the statement held the row), and no
+        -- waiter needs a notification.
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
@@ -406,7 +407,7 @@ BEGIN
            AND l.owner = release.owner
            AND l.epoch = release.epoch
            AND l.expires_at > pg_catalog.clock_timestamp()
-        RETURNING CASE WHEN NOT l.waiting AND l.prior_expires_at > pg_catalog.clock_timestamp()
+        RETURNING CASE WHEN NOT l.waiting AND l.prior_expires_at > l.expires_at
                             AND l.expires_at >= pg_catalog.clock_timestamp() - interval '1 millisecond'
                        THEN 'ok' END,
                   l.waiting, l.prior_expires_at, l.expires_at
