@@ -113,6 +113,7 @@ mod timing;
 
 mod election;
 mod error;
+mod extension;
 mod fence;
 mod install;
 pub mod limits;
@@ -126,13 +127,13 @@ pub use calls::{
 pub use client::Client;
 pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
+pub use extension::{
+    CONTROL, EXTENSIONS, Extension, LOCK_KEY, MIGRATIONS, Migration, PG_LEASE, VERSION,
+};
 pub use fence::Fence;
 pub use guard::LeaseGuard;
 pub use identity::hostname;
-pub use install::{
-    CONTROL, EXTENSIONS, Extension, Installed, LOCK_KEY, MIGRATIONS, Migration, PG_LEASE, VERSION,
-    Via, check_version, create_extension, install, installed,
-};
+pub use install::{Installed, Via, check_version, create_extension, install, installed};
 pub use lease::Lease;
 pub use lost::LostReason;
 pub use results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
