@@ -24,6 +24,7 @@ mod privileges;
 mod props;
 mod search_path;
 mod settings;
+mod verdicts;
 
 use std::io::Write as _;
 
