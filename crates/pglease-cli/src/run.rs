@@ -38,11 +38,11 @@ pub trait HeldLease {
 
 impl HeldLease for pglease::Lease {
     fn epoch(&self) -> i64 {
-        pglease::Lease::epoch(self)
+        pglease::LeaseGuard::epoch(self)
     }
 
     async fn lost(&self) -> String {
-        pglease::Lease::lost(self).await.to_string()
+        pglease::LeaseGuard::lost(self).await.to_string()
     }
 
     async fn release(self) -> Result<(), BoxError> {

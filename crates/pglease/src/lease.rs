@@ -3,16 +3,13 @@
 //! keepalive task (`shared.rs`); why it ends is a [`LostReason`].
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_postgres::GenericClient;
-use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fence::Fence;
 use crate::guard::LeaseGuard;
 use crate::lost::LostReason;
 use crate::pooled::{self, Connections};
@@ -23,8 +20,9 @@ use crate::shared::{Command, Shared};
 ///
 /// Behaves like a `Transaction`: [`Lease::release`] consumes it; dropping it stops the keepalive
 /// and releases the lease in the background (best effort: if that fails, the lease lapses after its
-/// ttl). Watch for loss with [`Lease::lost`] or [`Lease::token`], and guard writes with
-/// [`Lease::fence`].
+/// ttl). It dereferences to its [`LeaseGuard`], which reads it (key, owner, epoch, expiry), watches
+/// for its end ([`LeaseGuard::lost`], [`LeaseGuard::token`]) and guards writes
+/// ([`LeaseGuard::fence`]): every guard method is a method of the lease.
 ///
 /// # Examples
 ///
@@ -42,6 +40,9 @@ use crate::shared::{Command, Shared};
 #[derive(Debug)]
 pub struct Lease {
     shared: Arc<Shared>,
+    /// What the lease shares with its guards: key, epoch, state, `lost`, fencing. [`Lease`]
+    /// dereferences to it, so those methods are the same on both.
+    view: LeaseGuard,
     /// The client's pooled connections, for [`Lease::renew`] and a release without the keepalive.
     conns: Connections,
     /// Keeps the client (and so its keepalive tasks) alive as long as the lease.
@@ -57,221 +58,12 @@ impl Lease {
         control: mpsc::UnboundedSender<Command>,
     ) -> Lease {
         Lease {
+            view: LeaseGuard::new(Arc::clone(&shared)),
             shared,
             conns,
             _client: client,
             control: Some(control),
         }
-    }
-
-    /// The leased key.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// println!("holding {}", lease.key());
-    /// # }
-    /// ```
-    pub fn key(&self) -> &str {
-        &self.shared.key
-    }
-
-    /// The owner the lease was granted to (the client's [`crate::Client::owner`]).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// println!("held by {}", lease.owner());
-    /// # }
-    /// ```
-    pub fn owner(&self) -> &str {
-        &self.shared.owner
-    }
-
-    /// The fencing epoch of this grant: greater than every earlier epoch of the key.
-    ///
-    /// Present it to every resource the lease protects; see also [`Lease::fence`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// let epoch: i64 = lease.epoch();
-    /// # }
-    /// ```
-    pub fn epoch(&self) -> i64 {
-        self.shared.epoch
-    }
-
-    /// The ttl the lease was acquired with; every renewal extends it by this much.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// assert!(lease.ttl() > std::time::Duration::ZERO);
-    /// # }
-    /// ```
-    pub fn ttl(&self) -> Duration {
-        self.shared.timing.ttl
-    }
-
-    /// Whether the lease is held now: it has not ended and its validity deadline has not
-    /// passed. A `false` is final.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// if !lease.is_held() {
-    ///     println!("stop acting on it");
-    /// }
-    /// # }
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.shared.check().is_ok()
-    }
-
-    /// The local instant until which the lease is known to be held (moved forward by every
-    /// confirmed renewal); `None` once it has ended.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// if let Some(until) = lease.valid_until() {
-    ///     println!("safe for another {:?}", until.saturating_duration_since(std::time::Instant::now()));
-    /// }
-    /// # }
-    /// ```
-    pub fn valid_until(&self) -> Option<std::time::Instant> {
-        self.shared.valid_until()
-    }
-
-    /// The expiry the server last reported (server time): informative only; decisions use
-    /// [`Lease::valid_until`], which never reads the wall clock.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// println!("server expiry {:?}", lease.expires_at());
-    /// # }
-    /// ```
-    pub fn expires_at(&self) -> Option<SystemTime> {
-        self.shared.expires_at()
-    }
-
-    /// Why the lease ended, or `None` while it is held.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &pglease::Lease) {
-    /// if let Some(reason) = lease.ended() {
-    ///     println!("ended: {reason}");
-    /// }
-    /// # }
-    /// ```
-    pub fn ended(&self) -> Option<LostReason> {
-        self.shared.check().err()
-    }
-
-    /// Completes with the reason when the lease ends: lost (expired, or a renewal refused),
-    /// released, or shut down. Completes at once if it already has.
-    ///
-    /// Loss by expiry is signalled at the validity deadline, before the server's expiry, so
-    /// before anyone else can acquire the key.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future changes nothing; call it again to wait again.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lease: &pglease::Lease) {
-    /// # async fn work() {}
-    /// tokio::select! {
-    ///     reason = lease.lost() => println!("lost: {reason}"),
-    ///     () = work() => println!("done in time"),
-    /// }
-    /// # }
-    /// ```
-    pub async fn lost(&self) -> LostReason {
-        self.shared.lost().await
-    }
-
-    /// A token that is cancelled when the lease ends (for any reason): hand it to work that
-    /// must stop when the lease does.
-    ///
-    /// It is a child token: cancelling it does not affect the lease.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lease: &pglease::Lease) {
-    /// let token = lease.token();
-    /// tokio::spawn(async move {
-    ///     token.cancelled().await;
-    ///     println!("lease ended: stopping");
-    /// });
-    /// # }
-    /// ```
-    pub fn token(&self) -> CancellationToken {
-        self.shared.token.child_token()
-    }
-
-    /// Guards the caller's transaction with this lease: runs `lease.fence(key, owner,
-    /// epoch)` in it, which verifies the lease on the server and locks the key's row until
-    /// the transaction ends, so no takeover can commit before the guarded writes do.
-    /// Returns the lease's server expiry.
-    ///
-    /// Call it inside a transaction, before the writes it guards, and keep the transaction
-    /// shorter than the time left on the lease: the row lock also holds back this lease's
-    /// own renewals until the transaction ends.
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::is_lease_lost`]: the lease has already ended locally (nothing sent).
-    /// - [`Error::is_fenced`]: the server refused (SQLSTATE `LE001`, `LE002` or `LE003`);
-    ///   the transaction is aborted.
-    /// - any other server error, [`Error::is_connection`] or [`Error::is_protocol`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`crate::fence()`]: roll the transaction back if the future is dropped.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lease: &pglease::Lease, db: &mut tokio_postgres::Client) -> pglease::Result<()> {
-    /// let tx = db.transaction().await?;
-    /// lease.fence(&tx).await?;
-    /// tx.execute("UPDATE jobs SET done = true WHERE id = 42", &[]).await?;
-    /// tx.commit().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn fence<C: GenericClient>(&self, client: &C) -> Result<SystemTime> {
-        self.shared.fence(client).await
-    }
-
-    /// The lease's key, owner and epoch as a [`Fence`], an owned value that other tasks can
-    /// use to guard their transactions (it stays valid exactly as long as the grant).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lease: &pglease::Lease) {
-    /// let fence = lease.fencing_token();
-    /// assert_eq!(fence.epoch(), lease.epoch());
-    /// # }
-    /// ```
-    pub fn fencing_token(&self) -> Fence {
-        self.shared.fencing_token()
     }
 
     /// A cheap, clonable view of this lease (key, epoch, [`LeaseGuard::lost`], fencing) that does
@@ -397,6 +189,14 @@ impl Lease {
                 }
             }
         }
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = LeaseGuard;
+
+    fn deref(&self) -> &LeaseGuard {
+        &self.view
     }
 }
 
