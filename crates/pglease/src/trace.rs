@@ -41,11 +41,17 @@ pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
     e.code()
 }
 
-/// How long a wait may last, for the `wait` field of the `acquire` span: a duration, or
-/// `unbounded`.
+/// How long a wait may last, for the `wait` field of the `acquire` span: a duration (to the
+/// nearest millisecond, so a 10 s timeout reads `10s`), or `unbounded`.
 pub(crate) fn wait_field(deadline: Deadline) -> String {
     match deadline.remaining() {
-        Some(left) => format!("{left:?}"),
+        Some(left) => {
+            let ms = (left.as_micros().saturating_add(500)) / 1000;
+            format!(
+                "{:?}",
+                Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+            )
+        }
         None => "unbounded".to_owned(),
     }
 }

@@ -1,5 +1,6 @@
 //! Observability: the documented `tracing` events and spans (docs/CLIENT.md, "Observability") of
-//! an acquire, its renewals, a failed renewal and its recovery, a loss, a release, a wait and an
+//! an acquire, its renewals, a failed renewal and its recovery, every kind of loss (once each, with
+//! its reason), a release, a wait and an
 //! election, each with its key, owner and epoch; nothing at `error`; and nothing printed at all
 //! without a subscriber.
 //!
@@ -183,7 +184,7 @@ async fn an_acquire_its_renewals_a_loss_and_a_release_emit_the_documented_events
     assert_eq!(span.get("key"), Some(k.as_str()));
     assert_eq!(span.get("owner"), Some(owner.as_str()));
     assert_eq!(span.get("ttl"), Some("2s"));
-    assert!(span.get("wait").is_some(), "{span:?}");
+    assert_eq!(span.get("wait"), Some("10s"), "{span:?}");
 
     // A routine renewal: debug, in the lease's keepalive span.
     let renewed = capture
@@ -247,6 +248,84 @@ async fn an_acquire_its_renewals_a_loss_and_a_release_emit_the_documented_events
     for k in [&k, &k2, &k3] {
         assert_nothing_at_error(&capture, k);
     }
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_kind_of_loss_is_logged_once_as_a_warning_with_its_reason() {
+    let (capture, _guard) = Capture::install();
+    let su = superuser().await;
+    let ttl = Duration::from_secs(2);
+    let lost_once = |k: &str, owner: &str, epoch: i64, reason: &str| {
+        let lost: Vec<Captured> = capture
+            .events()
+            .into_iter()
+            .filter(|e| e.message() == "lease lost" && e.field("key") == Some(k))
+            .collect();
+        assert_eq!(lost.len(), 1, "{k}: one loss event: {lost:#?}");
+        assert_eq!(lost[0].level, Level::WARN);
+        assert!(lost[0].is_about(k, owner, Some(epoch)), "{lost:#?}");
+        assert_eq!(lost[0].field("reason"), Some(reason), "{lost:#?}");
+        assert_nothing_at_error(&capture, k);
+    };
+
+    // not_owner: taken over after a lapse.
+    let k = key("trace-not-owner");
+    let c = client(&k).await;
+    let lease = c.try_acquire(&k, ttl).await.unwrap().expect("free key");
+    force_lapse(&su, &k).await;
+    pglease::acquire(&su, &k, "intruder", ttl, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the lapsed key is free");
+    assert_eq!(lease.lost().await, pglease::LostReason::NotOwner);
+    // Asking again (and a manual renewal that learns the same) logs nothing more.
+    assert!(lease.renew().await.is_err() && !lease.is_held());
+    lost_once(&k, c.owner(), lease.epoch(), "not_owner");
+    drop(lease);
+
+    // epoch_mismatch: the same owner holds the key at a newer epoch.
+    let k = key("trace-epoch");
+    let c = client(&k).await;
+    let lease = c.try_acquire(&k, ttl).await.unwrap().expect("free key");
+    force_lapse(&su, &k).await;
+    pglease::acquire(&su, &k, c.owner(), ttl, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the lapsed key is free");
+    assert_eq!(lease.lost().await, pglease::LostReason::EpochMismatch);
+    lost_once(&k, c.owner(), lease.epoch(), "epoch_mismatch");
+    drop(lease);
+
+    // expired: a frozen server answers no renewal; each failed attempt is a warning first.
+    let cluster = tokio::task::spawn_blocking(common::start_cluster)
+        .await
+        .unwrap();
+    cluster
+        .psql("postgres", "CREATE EXTENSION pg_lease")
+        .expect("create extension");
+    let k = key("trace-expired");
+    let c = pglease::Client::connect(&common::conninfo_for(&cluster, "postgres", &k))
+        .await
+        .unwrap();
+    let lease = c
+        .try_acquire(&k, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("free key");
+    cluster.pause();
+    let reason = tokio::time::timeout(Duration::from_secs(10), lease.lost())
+        .await
+        .expect("lost() fires while the server is frozen");
+    assert_eq!(reason, pglease::LostReason::Expired);
+    let failed = capture
+        .find("pglease::lease", "lease renewal failed, retrying", &k)
+        .expect("a failed renewal before the expiry");
+    assert_eq!(failed.level, Level::WARN);
+    assert!(failed.is_about(&k, c.owner(), Some(lease.epoch())));
+    lost_once(&k, c.owner(), lease.epoch(), "expired");
+    cluster.resume();
+    drop(lease);
     c.shutdown().await;
 }
 
