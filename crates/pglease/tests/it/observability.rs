@@ -1,8 +1,7 @@
 //! Observability: the documented `tracing` events and spans (docs/CLIENT.md, "Observability") of
 //! an acquire, its renewals, a failed renewal and its recovery, every kind of loss (once each, with
-//! its reason), a release, a wait and an
-//! election, each with its key, owner and epoch; nothing at `error`; and nothing printed at all
-//! without a subscriber.
+//! its reason), a release, a wait, an election and the plain calls, each with its key, owner and
+//! epoch; nothing at `error`; and nothing printed at all without a subscriber.
 //!
 //! Each test installs a capturing subscriber as the default of its own thread and runs on a
 //! current-thread runtime, so every task of its client (keepalives, the listening connection)
