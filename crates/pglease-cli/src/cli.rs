@@ -65,6 +65,15 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+
+    /// Log what the lease client does on stderr: -v grants, releases, losses; -vv also renewals,
+    /// waits and refusals; -vvv everything.
+    ///
+    /// Off by default: without it, stderr carries only errors and the progress line. The
+    /// variable PGLEASE_LOG (e.g. pglease=info,pglease::wait=debug) replaces the level chosen
+    /// here; targets and fields are listed in docs/CLIENT.md, "Observability".
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Output")]
+    pub verbose: u8,
 }
 
 /// The subcommands.

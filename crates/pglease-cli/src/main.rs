@@ -16,6 +16,7 @@ mod output;
 mod progress;
 mod run;
 mod signals;
+mod verbose;
 mod waiting;
 
 use std::process::ExitCode;
@@ -29,6 +30,11 @@ use crate::exit::{BoxError, EXIT_ERROR};
 
 fn main() -> ExitCode {
     let cli = Cli::parse(); // exits with 2 on an invalid command line
+    if let Err(message) = verbose::install(cli.verbose) {
+        Cli::command()
+            .error(clap::error::ErrorKind::ValueValidation, message)
+            .exit();
+    }
     let config = match Config::new(cli) {
         Ok(config) => config,
         Err(ConfigError::Usage(message)) => {

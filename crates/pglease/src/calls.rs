@@ -14,6 +14,13 @@
 //! [`MAX_DURATION`], which the server rejects as invalid input (SQLSTATE `22023`) like any other
 //! value above its 365-day limit.
 //!
+//! # Observability
+//!
+//! [`acquire`], [`renew`], [`release`] and [`purge`] log the server's answer on target
+//! `pglease::call`: a grant and an `ok` release at `info`, everything else at `debug`. Inside a
+//! transaction the event says what the server answered; it takes effect only if the transaction
+//! commits.
+//!
 //! # Cancel safety
 //!
 //! None of these calls is cancel safe in the sense that matters: once the statement is sent,
@@ -29,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::limits;
 use crate::results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
 use crate::rows;
+use crate::trace;
 // The installer decodes its rows with the same helpers.
 pub(crate) use crate::rows::{get, one_row};
 
@@ -107,19 +115,37 @@ pub async fn acquire<C: GenericClient>(
     ttl: Duration,
     wait: Duration,
 ) -> Result<Option<Grant>> {
-    let (ttl, wait) = (micros(ttl), micros(wait));
+    let (ttl_us, wait_us) = (micros(ttl), micros(wait));
     let rows = client
         .query_typed(
             ACQUIRE,
             &[
                 (&key, Type::TEXT),
                 (&owner, Type::TEXT),
-                (&ttl, Type::INT8),
-                (&wait, Type::INT8),
+                (&ttl_us, Type::INT8),
+                (&wait_us, Type::INT8),
             ],
         )
         .await?;
-    rows::grant(&one_row(rows, "lease.acquire")?, "lease.acquire")
+    let grant = rows::grant(&one_row(rows, "lease.acquire")?, "lease.acquire")?;
+    match &grant {
+        Some(grant) => tracing::info!(
+            target: trace::CALL,
+            key,
+            owner,
+            epoch = grant.epoch,
+            ttl = ?ttl,
+            "lease granted"
+        ),
+        None => tracing::debug!(
+            target: trace::CALL,
+            key,
+            owner,
+            wait = ?wait,
+            "key held by another owner"
+        ),
+    }
+    Ok(grant)
 }
 
 /// Extends `owner`'s lease on `key` at `epoch` to server time + `ttl` (which may shorten it); the
@@ -169,7 +195,16 @@ pub async fn renew<C: GenericClient>(
             ],
         )
         .await?;
-    rows::renewal(&one_row(rows, "lease.renew")?, "lease.renew")
+    let renewal = rows::renewal(&one_row(rows, "lease.renew")?, "lease.renew")?;
+    tracing::debug!(
+        target: trace::CALL,
+        key,
+        owner,
+        epoch,
+        status = renewal.status.as_str(),
+        "lease renewal answered"
+    );
+    Ok(renewal)
 }
 
 /// Frees `key` if `owner` holds it at `epoch`, advancing its fencing counter; otherwise changes
@@ -210,7 +245,20 @@ pub async fn release<C: GenericClient>(
             ],
         )
         .await?;
-    rows::status(&one_row(rows, "lease.release")?, "lease.release")
+    let status = rows::status(&one_row(rows, "lease.release")?, "lease.release")?;
+    if status.is_ok() {
+        tracing::info!(target: trace::CALL, key, owner, epoch, "lease released");
+    } else {
+        tracing::debug!(
+            target: trace::CALL,
+            key,
+            owner,
+            epoch,
+            status = status.as_str(),
+            "lease release refused"
+        );
+    }
+    Ok(status)
 }
 
 /// The state of `key` as of now by the server clock; `None` if the key was never leased (or was
@@ -301,11 +349,13 @@ pub async fn list<C: GenericClient>(client: &C, prefix: Option<&str>) -> Result<
 /// # }
 /// ```
 pub async fn purge<C: GenericClient>(client: &C, older_than: Duration) -> Result<u64> {
-    let older_than = micros(older_than);
+    let older_than_us = micros(older_than);
     let rows = client
-        .query_typed(PURGE, &[(&older_than, Type::INT8)])
+        .query_typed(PURGE, &[(&older_than_us, Type::INT8)])
         .await?;
-    rows::count(&one_row(rows, "lease.purge")?, "lease.purge")
+    let purged = rows::count(&one_row(rows, "lease.purge")?, "lease.purge")?;
+    tracing::info!(target: trace::CALL, purged, older_than = ?older_than, "keys purged");
+    Ok(purged)
 }
 
 /// Marks `key` as awaited, so that its holder's release notifies channel `pg_lease_released`

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::calls;
 use crate::error::{Error, Result};
@@ -34,6 +35,7 @@ use crate::results::{LeaseState, ListedLease};
 use crate::shared::Shared;
 use crate::slots::{SlotGuard, Slots};
 use crate::timing::Timing;
+use crate::trace;
 use crate::wait::{self, Attempt, Deadline, Waits};
 
 /// Default fraction of the ttl between renewals.
@@ -196,12 +198,23 @@ impl Client {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.conns.check_open()?;
-        let timing = self.timing(ttl)?;
-        let Some(slot) = self.inner.slots.claim(key) else {
-            return Ok(None);
-        };
-        Ok(self.acquire_once(slot, key, timing).await?.ok())
+        let span = self.acquire_span(key, ttl, Deadline::after(Duration::ZERO));
+        async {
+            self.inner.conns.check_open()?;
+            let timing = self.timing(ttl)?;
+            let Some(slot) = self.inner.slots.claim(key) else {
+                tracing::debug!(
+                    target: trace::LEASE,
+                    key,
+                    owner = self.owner(),
+                    "key held by another lease of this client"
+                );
+                return Ok(None);
+            };
+            Ok(self.acquire_once(slot, key, timing).await?.ok())
+        }
+        .instrument(span)
+        .await
     }
 
     /// Acquires `key` for `ttl`, waiting up to `timeout` while another owner holds it.
@@ -419,8 +432,14 @@ impl Client {
             Statements::Prepared
         };
         let conns = Connections::new(pool, statements, root.clone());
-        let waits = Waits::new(conns.clone(), listener, options.poll_cap, root.clone());
         let owner = options.owner.clone().unwrap_or_else(default_owner);
+        let waits = Waits::new(
+            owner.clone(),
+            conns.clone(),
+            listener,
+            options.poll_cap,
+            root.clone(),
+        );
         let client = Client {
             inner: Arc::new(Inner {
                 owner,
@@ -456,6 +475,31 @@ impl Client {
     /// Acquires `key`, waiting until `deadline`: for this client's own lease on the key to end,
     /// then for the holder's release or lapse, retrying transient errors.
     async fn acquire_until(&self, key: &str, ttl: Duration, deadline: Deadline) -> Result<Lease> {
+        let span = self.acquire_span(key, ttl, deadline);
+        self.acquire_until_in_span(key, ttl, deadline)
+            .instrument(span)
+            .await
+    }
+
+    /// The `acquire` span of one acquire call (see docs/CLIENT.md, "Observability").
+    fn acquire_span(&self, key: &str, ttl: Duration, deadline: Deadline) -> tracing::Span {
+        tracing::info_span!(
+            target: trace::LEASE,
+            "acquire",
+            key,
+            owner = self.owner(),
+            ttl = ?ttl,
+            wait = %trace::wait_field(deadline),
+        )
+    }
+
+    /// [`Client::acquire_until`] inside its span.
+    async fn acquire_until_in_span(
+        &self,
+        key: &str,
+        ttl: Duration,
+        deadline: Deadline,
+    ) -> Result<Lease> {
         let timing = self.timing(ttl)?;
         let what = &format!("acquire of key {key:?}");
         let attempt = move || async move {
@@ -504,10 +548,23 @@ impl Client {
             Ok(Some(timed)) => (timed.grant, sent, timed.remaining),
             Ok(None) => {
                 in_flight.armed = false;
+                tracing::debug!(
+                    target: trace::LEASE,
+                    key,
+                    owner = self.owner(),
+                    "key held by another owner"
+                );
                 return Ok(Err(()));
             }
             Err(e) => {
                 if e.is_connection() {
+                    tracing::debug!(
+                        target: trace::LEASE,
+                        key,
+                        owner = self.owner(),
+                        error = %e,
+                        "acquire unanswered: whatever it granted is released in the background"
+                    );
                     // Ambiguous: the cleanup (on drop of `in_flight`) releases what may be ours.
                     if let Some(conn) = in_flight.conn.take() {
                         pooled::discard(conn);
@@ -536,7 +593,16 @@ impl Client {
                 Ok((renewal, Some(left))) if renewal.status.is_ok() => {
                     (sent, left, renewal.expires_at.unwrap_or(grant.expires_at))
                 }
-                _ => return Ok(Err(())),
+                _ => {
+                    tracing::debug!(
+                        target: trace::LEASE,
+                        key,
+                        owner = self.owner(),
+                        epoch = grant.epoch,
+                        "a grant already held had lapsed before it could be renewed"
+                    );
+                    return Ok(Err(()));
+                }
             }
         } else {
             (sent, left, grant.expires_at)
@@ -565,7 +631,25 @@ impl Client {
             sent,
             _live: keepalive::Live::new(Arc::clone(&self.inner.live)),
         };
-        self.inner.tracker.spawn(keepalive.run());
+        tracing::info!(
+            target: trace::LEASE,
+            key,
+            owner = self.owner(),
+            epoch = grant.epoch,
+            ttl = ?timing.ttl,
+            "lease granted"
+        );
+        // A root span (the lease outlives the acquire call), linked to the acquire that made it.
+        let span = tracing::info_span!(
+            target: trace::LEASE,
+            parent: None,
+            "keepalive",
+            key,
+            owner = self.owner(),
+            epoch = grant.epoch,
+        );
+        span.follows_from(tracing::Span::current());
+        self.inner.tracker.spawn(keepalive.run().instrument(span));
         Ok(Ok(Lease::new(shared, conns.clone(), self.clone(), control)))
     }
 }
@@ -607,6 +691,7 @@ impl Drop for InFlight {
                     && state.held
                     && state.owner.as_deref() == Some(owner.as_str())
                 {
+                    // Logged by the call (target pglease::call, "lease released").
                     calls::release(&**conn, &key, &owner, state.epoch).await?;
                 }
                 Ok::<(), Error>(())

@@ -9,6 +9,10 @@
 //! Like etcd's election recipe on its `Session`, an election is built on its client's public
 //! calls ([`Client::acquire`], [`Client::inspect`], [`Lease::release`]); the observer waits through
 //! the client's one waiting interface (`wait.rs`), as [`Client::acquire`] does.
+//!
+//! Logs on target `pglease::election` (`info`): leader elected (in the `campaign` span), leadership
+//! resigned, and each leader change an observer sees; the loss of a leadership is logged (`warn`)
+//! where every loss is, `Shared::end`.
 
 use std::fmt;
 use std::pin::Pin;
@@ -17,12 +21,14 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::listener::Subscription;
 use crate::retry::{is_transient, waiting_backoff};
+use crate::trace;
 use crate::wait::Deadline;
 
 /// The holder of an election's key: the leader and its term.
@@ -134,10 +140,30 @@ impl Election {
     /// # }
     /// ```
     pub async fn campaign(&self) -> Result<Lease> {
-        // A timeout of Duration::MAX waits without bound.
-        self.client
-            .acquire(&self.key, self.ttl, Duration::MAX)
-            .await
+        let span = tracing::info_span!(
+            target: trace::ELECTION,
+            "campaign",
+            key = self.key.as_str(),
+            owner = self.client.owner(),
+        );
+        async {
+            // A timeout of Duration::MAX waits without bound.
+            let leadership = self
+                .client
+                .acquire(&self.key, self.ttl, Duration::MAX)
+                .await?;
+            leadership.shared().mark_leadership();
+            tracing::info!(
+                target: trace::ELECTION,
+                key = self.key.as_str(),
+                owner = leadership.owner(),
+                epoch = leadership.epoch(),
+                "leader elected"
+            );
+            Ok(leadership)
+        }
+        .instrument(span)
+        .await
     }
 
     /// Gives up the leadership: releases the key, so a waiting candidate takes over at once.
@@ -162,7 +188,17 @@ impl Election {
     /// ```
     pub async fn resign(&self, leadership: Lease) -> Result<()> {
         let ours = leadership.key() == self.key;
+        let (owner, epoch) = (leadership.owner().to_owned(), leadership.epoch());
         leadership.release().await?;
+        if ours {
+            tracing::info!(
+                target: trace::ELECTION,
+                key = self.key.as_str(),
+                owner,
+                epoch,
+                "leadership resigned"
+            );
+        }
         if ours {
             Ok(())
         } else {
@@ -315,7 +351,12 @@ impl Observer {
                     lapses_in,
                 } => {
                     if waits
-                        .sleep_until_released(subscription.as_ref(), lapses_in, Deadline::NEVER)
+                        .sleep_until_released(
+                            &self.key,
+                            subscription.as_ref(),
+                            lapses_in,
+                            Deadline::NEVER,
+                        )
                         .await
                         .is_err()
                     {
@@ -333,6 +374,22 @@ impl Observer {
                     self.failures = 0;
                     self.wait = wait;
                     if self.last.as_ref() != Some(&current) {
+                        match &current {
+                            Some(leader) => tracing::info!(
+                                target: trace::ELECTION,
+                                key = self.key.as_str(),
+                                owner = self.client.owner(),
+                                leader = leader.owner.as_str(),
+                                epoch = leader.epoch,
+                                "leader observed"
+                            ),
+                            None => tracing::info!(
+                                target: trace::ELECTION,
+                                key = self.key.as_str(),
+                                owner = self.client.owner(),
+                                "no leader observed"
+                            ),
+                        }
                         self.last = Some(current.clone());
                         return Some(Ok(current));
                     }
@@ -343,6 +400,16 @@ impl Observer {
                     }
                     self.failures = self.failures.saturating_add(1);
                     let delay = waiting_backoff(self.failures);
+                    tracing::warn!(
+                        target: trace::ELECTION,
+                        key = self.key.as_str(),
+                        owner = self.client.owner(),
+                        error = %e,
+                        sqlstate = trace::sqlstate(&e),
+                        failures = self.failures,
+                        retry_in = ?trace::ms(delay),
+                        "observer failed, retrying"
+                    );
                     self.wait = Wait::Until(Instant::now() + delay);
                     if !is_transient(&e) || self.failures == 1 {
                         return Some(Err(e));

@@ -13,6 +13,11 @@
 //!   [`LostReason::Expired`].
 //! - Every wait is bounded by the deadline; the task ends on release, drop, loss or client
 //!   shutdown, and nothing renews after it has ended.
+//!
+//! It runs in the lease's `keepalive` span (made by the client) and logs on target
+//! `pglease::lease`: each renewal (`debug`), each failed one with its error and SQLSTATE (`warn`),
+//! the first success after failures (`info`), and the release (`info`, or `warn` if it failed).
+//! The loss itself is logged where every loss passes, `Shared::end`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +33,7 @@ use crate::pooled::{self, Connections, discard};
 use crate::results::Status;
 use crate::shared::{Command, Health, Shared};
 use crate::slots::SlotGuard;
+use crate::trace;
 
 /// The longest a best-effort release (on drop, loss by expiry or shutdown) may take.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,18 +124,53 @@ impl Keepalive {
             };
             match attempt {
                 Ok((Status::Ok, Some((left, expires_at)))) => {
-                    failures = 0;
                     let valid_until = timing.valid_until(sent, left);
                     shared.extend(valid_until, expires_at);
                     next = timing.next_renewal(sent, valid_until);
+                    let valid_for =
+                        trace::ms(valid_until.saturating_duration_since(Instant::now()));
+                    if failures > 0 {
+                        tracing::info!(
+                            target: trace::LEASE,
+                            key = shared.key.as_str(),
+                            owner = shared.owner.as_str(),
+                            epoch = shared.epoch,
+                            failures,
+                            valid_for = ?valid_for,
+                            "lease renewed after failed renewals"
+                        );
+                    } else {
+                        tracing::debug!(
+                            target: trace::LEASE,
+                            key = shared.key.as_str(),
+                            owner = shared.owner.as_str(),
+                            epoch = shared.epoch,
+                            valid_for = ?valid_for,
+                            "lease renewed"
+                        );
+                    }
+                    failures = 0;
                 }
                 Ok((status, _)) => {
                     let reason = status.lost_reason().unwrap_or(LostReason::Lapsed);
                     shared.end(reason);
                 }
-                Err(_) => {
+                Err(e) => {
                     failures = failures.saturating_add(1);
-                    next = Instant::now() + timing.backoff(failures);
+                    let retry_in = timing.backoff(failures);
+                    next = Instant::now() + retry_in;
+                    tracing::warn!(
+                        target: trace::LEASE,
+                        key = shared.key.as_str(),
+                        owner = shared.owner.as_str(),
+                        epoch = shared.epoch,
+                        error = %e,
+                        sqlstate = trace::sqlstate(&e),
+                        failures,
+                        retry_in = ?trace::ms(retry_in),
+                        valid_for = ?trace::ms(valid_until.saturating_duration_since(Instant::now())),
+                        "lease renewal failed, retrying"
+                    );
                 }
             }
         };
@@ -140,12 +181,17 @@ impl Keepalive {
                     Err(reason) => {
                         if reason == LostReason::Expired || reason == LostReason::Released {
                             // Dropped, or lost by expiry: the server may still hold it for us.
-                            let _ = release_once(&self.conns, &shared).await;
+                            let result = release_once(&self.conns, &shared).await;
+                            log_release(&shared, &result, reason);
                         }
                         Err(Error::lease_lost(reason))
                     }
                     Ok(()) => {
                         let result = release_once(&self.conns, &shared).await;
+                        if !matches!(result, Ok(ref status) if !status.is_ok()) {
+                            // A refusal is logged as the loss it is, by `end` below.
+                            log_release(&shared, &result, LostReason::Released);
+                        }
                         match result {
                             Ok(Status::Ok) => {
                                 shared.end(LostReason::Released);
@@ -174,14 +220,16 @@ impl Keepalive {
                 let held = shared.check().is_ok();
                 shared.end(LostReason::Shutdown);
                 if held {
-                    let _ = release_once(&self.conns, &shared).await;
+                    let result = release_once(&self.conns, &shared).await;
+                    log_release(&shared, &result, LostReason::Shutdown);
                 }
             }
             Exit::Ended(reason) => {
                 if matches!(reason, LostReason::Expired | LostReason::Released) {
                     // Released: the handle was dropped. Expired: the server may still hold the
                     // lease for us (unconfirmed renewals); freeing it lets a successor in sooner.
-                    let _ = release_once(&self.conns, &shared).await;
+                    let result = release_once(&self.conns, &shared).await;
+                    log_release(&shared, &result, reason);
                 }
             }
         }
@@ -191,6 +239,40 @@ impl Keepalive {
             let _ = reply.send(Err(Error::lease_lost(reason)));
         }
         drop(self.slot.take());
+    }
+}
+
+/// Logs the outcome of the release that ended a lease for `reason` (`released` when the handle
+/// released or dropped it, `shutdown`, or `expired` for the clean-up after an expiry).
+fn log_release(shared: &Shared, result: &Result<Status>, reason: LostReason) {
+    match result {
+        Ok(Status::Ok) => tracing::info!(
+            target: trace::LEASE,
+            key = shared.key.as_str(),
+            owner = shared.owner.as_str(),
+            epoch = shared.epoch,
+            reason = reason.as_str(),
+            "lease released"
+        ),
+        Ok(status) => tracing::debug!(
+            target: trace::LEASE,
+            key = shared.key.as_str(),
+            owner = shared.owner.as_str(),
+            epoch = shared.epoch,
+            reason = reason.as_str(),
+            status = status.as_str(),
+            "release refused: the lease had already ended on the server"
+        ),
+        Err(e) => tracing::warn!(
+            target: trace::LEASE,
+            key = shared.key.as_str(),
+            owner = shared.owner.as_str(),
+            epoch = shared.epoch,
+            reason = reason.as_str(),
+            error = %e,
+            sqlstate = trace::sqlstate(e),
+            "lease release failed: the lease lapses by itself at its expiry"
+        ),
     }
 }
 

@@ -14,6 +14,7 @@ use crate::guard::LeaseGuard;
 use crate::lost::LostReason;
 use crate::pooled::{self, Connections};
 use crate::shared::{Command, Shared};
+use crate::trace;
 
 /// A lease held by this process, kept alive by a background keepalive task until it is released,
 /// dropped or lost.
@@ -64,6 +65,11 @@ impl Lease {
             _client: client,
             control: Some(control),
         }
+    }
+
+    /// The state shared with the lease's guards and keepalive.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// A cheap, clonable view of this lease (key, epoch, [`LeaseGuard::lost`], fencing) that does
@@ -123,6 +129,13 @@ impl Lease {
                 let remaining = remaining.unwrap_or(Duration::ZERO);
                 self.shared
                     .extend(timing.valid_until(sent, remaining), expires_at);
+                tracing::debug!(
+                    target: trace::LEASE,
+                    key = self.key(),
+                    owner = self.owner(),
+                    epoch = self.epoch(),
+                    "lease renewed by hand"
+                );
                 self.shared.check().map_err(Error::lease_lost)
             }
             (Some(reason), _) => {
@@ -184,7 +197,17 @@ impl Lease {
                 )
                 .await?;
                 match status.lost_reason() {
-                    None => Ok(()),
+                    None => {
+                        tracing::info!(
+                            target: trace::LEASE,
+                            key = self.key(),
+                            owner = self.owner(),
+                            epoch = self.epoch(),
+                            reason = LostReason::Released.as_str(),
+                            "lease released"
+                        );
+                        Ok(())
+                    }
                     Some(reason) => Err(Error::lease_lost(reason)),
                 }
             }

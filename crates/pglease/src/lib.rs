@@ -119,6 +119,7 @@ mod install;
 pub mod limits;
 mod listener;
 pub mod sqlstate;
+mod trace;
 
 pub use builder::ClientBuilder;
 pub use calls::{

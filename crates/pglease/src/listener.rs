@@ -5,6 +5,9 @@
 //! delivered. The connection is opened on the first subscription and re-opened after a failure;
 //! since notifications sent while it was down are lost, every subscriber is woken when it goes
 //! down (a spurious wake costs one acquire attempt).
+//!
+//! Logs on target `pglease::listener`: listening (`debug`), the connection lost (`warn`), and each
+//! failed attempt to open it, with the error and its SQLSTATE (`warn`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,6 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, Result};
 use crate::retry::waiting_backoff;
+use crate::trace;
 
 /// The channel `lease.release` notifies (payload: the key) when a waiter registered.
 pub(crate) const CHANNEL: &str = "pg_lease_released";
@@ -191,6 +195,7 @@ impl Task {
                 Ok((client, mut notifications)) => {
                     failures = 0;
                     self.ready.send_replace(true);
+                    tracing::debug!(target: trace::LISTENER, channel = CHANNEL, "listening for releases");
                     loop {
                         tokio::select! {
                             () = self.shutdown.cancelled() => return,
@@ -202,12 +207,26 @@ impl Task {
                     }
                     drop(client);
                     self.ready.send_replace(false);
+                    tracing::warn!(
+                        target: trace::LISTENER,
+                        channel = CHANNEL,
+                        "listening connection lost: waiters are woken and it is opened again"
+                    );
                     // Notifications may have been lost while the connection went down.
                     self.hub.wake_all();
                 }
-                Err(_) => {
+                Err(e) => {
                     failures = failures.saturating_add(1);
                     let delay = waiting_backoff(failures);
+                    tracing::warn!(
+                        target: trace::LISTENER,
+                        channel = CHANNEL,
+                        error = %e,
+                        sqlstate = trace::sqlstate(&e),
+                        failures,
+                        retry_in = ?trace::ms(delay),
+                        "listening connection failed, retrying"
+                    );
                     tokio::select! {
                         () = self.shutdown.cancelled() => return,
                         () = sleep(delay) => {}

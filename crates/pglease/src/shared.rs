@@ -10,6 +10,7 @@
 //! the lease ends with [`LostReason::Expired`] at the deadline, which is before the server's own
 //! expiry and hence before anyone else can be granted the key (see `docs/CLIENT.md`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use tokio::sync::{oneshot, watch};
@@ -21,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::lost::LostReason;
 use crate::timing::Timing;
+use crate::trace;
 
 /// Where a lease stands, as this process knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,8 @@ pub(crate) struct Shared {
     health: watch::Sender<Health>,
     /// Cancelled when the lease ends, for any reason.
     pub(crate) token: CancellationToken,
+    /// Whether the lease is an election's leadership (its loss is also logged as such).
+    leadership: AtomicBool,
 }
 
 impl Shared {
@@ -68,7 +72,18 @@ impl Shared {
             timing,
             health,
             token,
+            leadership: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the lease as an election's leadership ([`crate::Election::campaign`]).
+    pub(crate) fn mark_leadership(&self) {
+        self.leadership.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the lease is an election's leadership.
+    pub(crate) fn is_leadership(&self) -> bool {
+        self.leadership.load(Ordering::Relaxed)
     }
 
     pub(crate) fn health(&self) -> Health {
@@ -101,6 +116,28 @@ impl Shared {
             Health::Ended(_) => false,
         });
         self.token.cancel();
+        if ended && reason.is_loss() {
+            // The one place every loss passes through (keepalive, manual renewal, a check that
+            // finds the deadline passed), so each is logged exactly once.
+            tracing::warn!(
+                target: trace::LEASE,
+                key = self.key.as_str(),
+                owner = self.owner.as_str(),
+                epoch = self.epoch,
+                reason = reason.as_str(),
+                "lease lost"
+            );
+            if self.is_leadership() {
+                tracing::warn!(
+                    target: trace::ELECTION,
+                    key = self.key.as_str(),
+                    owner = self.owner.as_str(),
+                    epoch = self.epoch,
+                    reason = reason.as_str(),
+                    "leadership lost"
+                );
+            }
+        }
         ended
     }
 

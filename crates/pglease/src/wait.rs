@@ -8,12 +8,17 @@
 //! [`Deadline`]. Without a listening connection (pooler mode, or while it is down) it sleeps until
 //! the lapse, at most `poll_cap` at a time. Transient errors are retried with backoff until the
 //! deadline.
+//!
+//! Each wait for a turn runs in a `wait` span and logs on target `pglease::wait`: the holder it
+//! waits for and what woke it (`debug`), and each retry after a transient error, with the error
+//! and its SQLSTATE (`warn`).
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::calls;
 use crate::error::{Error, Result};
@@ -21,6 +26,7 @@ use crate::listener::{Listener, Subscription};
 use crate::pooled::Connections;
 use crate::results::Waiter;
 use crate::retry;
+use crate::trace;
 
 /// How long a wait gives the listening connection to come up before it sleeps without it.
 const LISTEN_READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -38,6 +44,11 @@ impl Deadline {
     /// `timeout` from now; a timeout too large for an instant (e.g. `Duration::MAX`) is never.
     pub(crate) fn after(timeout: Duration) -> Deadline {
         Deadline(Instant::now().checked_add(timeout))
+    }
+
+    /// The time left until the deadline (zero once passed); `None` for [`Deadline::NEVER`].
+    pub(crate) fn remaining(self) -> Option<Duration> {
+        self.0.map(|d| d.saturating_duration_since(Instant::now()))
     }
 
     /// Whether the deadline has passed.
@@ -77,6 +88,8 @@ pub(crate) enum Attempt<T> {
 /// connection (if any), the cap on one sleep without it, and its shutdown, which ends every wait
 /// with [`Error::is_closed`].
 pub(crate) struct Waits {
+    /// The client's owner identity (the `owner` field of every event).
+    owner: String,
     conns: Connections,
     listener: Option<Listener>,
     poll_cap: Duration,
@@ -85,12 +98,14 @@ pub(crate) struct Waits {
 
 impl Waits {
     pub(crate) fn new(
+        owner: String,
         conns: Connections,
         listener: Option<Listener>,
         poll_cap: Duration,
         shutdown: CancellationToken,
     ) -> Waits {
         Waits {
+            owner,
             conns,
             listener,
             poll_cap,
@@ -130,7 +145,7 @@ impl Waits {
                 Ok(Attempt::Done(done)) => return Ok(done),
                 Ok(Attempt::Held) => {
                     if deadline.passed() {
-                        return Err(ran_out(what));
+                        return Err(self.ran_out(what, key));
                     }
                     self.wait_for_turn(key, deadline).await
                 }
@@ -141,10 +156,20 @@ impl Waits {
                 Err(e) if retry::is_transient(&e) => {
                     failures = failures.saturating_add(1);
                     let delay = retry::waiting_backoff(failures);
+                    tracing::warn!(
+                        target: trace::WAIT,
+                        key,
+                        owner = self.owner.as_str(),
+                        error = %e,
+                        sqlstate = trace::sqlstate(&e),
+                        failures,
+                        retry_in = ?trace::ms(delay),
+                        "transient error while waiting, retrying"
+                    );
                     self.sleep_until(deadline.cap(Instant::now() + delay))
                         .await?;
                     if deadline.passed() {
-                        return Err(ran_out(what));
+                        return Err(self.ran_out(what, key));
                     }
                 }
                 Err(e) => return Err(e),
@@ -155,12 +180,49 @@ impl Waits {
     /// Waits (without a pooled connection) until `key` may be free: released, lapsed, or the
     /// deadline. Returns at once if the key is not held.
     pub(crate) async fn wait_for_turn(&self, key: &str, deadline: Deadline) -> Result<()> {
-        let (subscription, waiter) = self.watch(key, deadline).await?;
-        let Some(lapses_in) = waiter.lapses_in.filter(|_| waiter.held) else {
-            return Ok(());
-        };
-        self.sleep_until_released(subscription.as_ref(), lapses_in, deadline)
-            .await
+        let span = tracing::debug_span!(
+            target: trace::WAIT,
+            "wait",
+            key,
+            owner = self.owner.as_str(),
+        );
+        async {
+            let (subscription, waiter) = self.watch(key, deadline).await?;
+            let Some(lapses_in) = waiter.lapses_in.filter(|_| waiter.held) else {
+                tracing::debug!(
+                    target: trace::WAIT,
+                    key,
+                    owner = self.owner.as_str(),
+                    "key no longer held: trying again"
+                );
+                return Ok(());
+            };
+            tracing::debug!(
+                target: trace::WAIT,
+                key,
+                owner = self.owner.as_str(),
+                holder = waiter.owner.as_deref(),
+                holder_epoch = waiter.epoch,
+                lapses_in = ?trace::ms(lapses_in),
+                listening = subscription.is_some(),
+                "waiting for the holder"
+            );
+            self.sleep_until_released(key, subscription.as_ref(), lapses_in, deadline)
+                .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// [`ran_out`], logged.
+    fn ran_out(&self, what: &str, key: &str) -> Error {
+        tracing::debug!(
+            target: trace::WAIT,
+            key,
+            owner = self.owner.as_str(),
+            "the wait ran out"
+        );
+        ran_out(what)
     }
 
     /// Subscribes to the releases of `key` (if the listening connection comes up in time), then
@@ -188,16 +250,29 @@ impl Waits {
     /// or the deadline; without a subscription, at most [`crate::ClientBuilder::poll_cap`].
     pub(crate) async fn sleep_until_released(
         &self,
+        key: &str,
         subscription: Option<&Subscription>,
         lapses_in: Duration,
         deadline: Deadline,
     ) -> Result<()> {
         let now = Instant::now();
-        let mut wake = now + lapses_in + LAPSE_SLACK;
-        if subscription.is_none() {
-            wake = wake.min(now + self.poll_cap);
+        let (mut wake, mut by) = (now + lapses_in + LAPSE_SLACK, "lapse");
+        if subscription.is_none() && now + self.poll_cap < wake {
+            (wake, by) = (now + self.poll_cap, "poll");
         }
-        let wake = deadline.cap(wake);
+        let capped = deadline.cap(wake);
+        if capped < wake {
+            (wake, by) = (capped, "deadline");
+        }
+        let woken = |by: &str| {
+            tracing::debug!(
+                target: trace::WAIT,
+                key,
+                owner = self.owner.as_str(),
+                by,
+                "woken"
+            );
+        };
         let released = async {
             match subscription {
                 Some(s) => s.released().await,
@@ -205,8 +280,14 @@ impl Waits {
             }
         };
         tokio::select! {
-            () = released => Ok(()),
-            () = sleep_until(wake) => Ok(()),
+            () = released => {
+                woken("release");
+                Ok(())
+            }
+            () = sleep_until(wake) => {
+                woken(by);
+                Ok(())
+            }
             () = self.shutdown.cancelled() => Err(Error::closed()),
         }
     }

@@ -9,3 +9,4 @@ mod json;
 mod local;
 mod run;
 mod terminal;
+mod verbose;

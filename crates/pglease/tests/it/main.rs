@@ -7,5 +7,6 @@ mod election;
 mod fence;
 mod keepalive;
 mod loss;
+mod observability;
 mod pooler;
 mod waiting;
