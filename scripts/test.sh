@@ -45,6 +45,9 @@ cargo fmt --all -- --check
 say "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+say "cargo doc of the libraries (broken links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc -p pglease -p pgcluster --no-deps --quiet
+
 say "build"
 cargo build --workspace --all-targets --quiet
 pgcluster=target/debug/pgcluster

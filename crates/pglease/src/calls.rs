@@ -402,7 +402,7 @@ pub async fn register_waiter<C: GenericClient>(client: &C, key: &str) -> Result<
 /// and locks the key's row (`FOR SHARE`) until the transaction ends, so no takeover, release or
 /// renew of the key can commit before the guarded writes do; returns the lease's expiry.
 ///
-/// Call it inside a transaction, before the writes it guards. [`crate::Lease::fence`] and
+/// Call it inside a transaction, before the writes it guards. [`Lease::fence`](crate::LeaseGuard::fence) and
 /// [`crate::Fence::check`] call it with a lease's own key, owner and epoch.
 ///
 /// # Errors

@@ -147,7 +147,7 @@ impl Client {
     }
 
     /// The connection pool, for your own statements (e.g. transactions guarded with
-    /// [`Lease::fence`]).
+    /// [`Lease::fence`](crate::LeaseGuard::fence)).
     ///
     /// # Examples
     ///

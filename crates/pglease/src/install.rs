@@ -544,7 +544,7 @@ pub async fn installed<C: GenericClient>(client: &C) -> Result<Option<Installed>
     PG_LEASE.installed(client).await
 }
 
-/// pg_lease, if it is installed at exactly [`VERSION`]; an error otherwise:
+/// pg_lease, if it is installed at exactly [`VERSION`](crate::VERSION); an error otherwise:
 /// [`PG_LEASE`]`.`[`check_version`](Extension::check_version).
 ///
 /// # Errors
@@ -567,7 +567,7 @@ pub async fn check_version<C: GenericClient>(client: &C) -> Result<Installed> {
     PG_LEASE.check_version(client).await
 }
 
-/// Installs pg_lease [`VERSION`] without the extension files:
+/// Installs pg_lease [`VERSION`](crate::VERSION) without the extension files:
 /// [`PG_LEASE`]`.`[`install`](Extension::install) (see there for what it does and its errors).
 ///
 /// # Errors
@@ -590,7 +590,7 @@ pub async fn install(client: &mut Client) -> Result<Installed> {
     PG_LEASE.install(client).await
 }
 
-/// Installs pg_lease [`VERSION`] with `CREATE EXTENSION`:
+/// Installs pg_lease [`VERSION`](crate::VERSION) with `CREATE EXTENSION`:
 /// [`PG_LEASE`]`.`[`create_extension`](Extension::create_extension).
 ///
 /// # Errors

@@ -93,7 +93,7 @@ impl Lease {
     /// # Errors
     ///
     /// - [`Error::is_lease_lost`]: the lease had already ended, or the server refused the renewal
-    ///   (`not_owner`, `lapsed`, `epoch_mismatch`), which ends it and fires [`Lease::lost`].
+    ///   (`not_owner`, `lapsed`, `epoch_mismatch`), which ends it and fires [`Lease::lost`](crate::LeaseGuard::lost).
     /// - [`Error::is_connection`] or another server error: the renewal's outcome is unknown, and
     ///   the lease is **not** lost for it; the keepalive keeps trying until the validity deadline.
     ///

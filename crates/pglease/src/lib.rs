@@ -8,7 +8,7 @@
 //! # Layers
 //!
 //! - **The client** ([`Client`], [`Lease`], [`Election`], [`Fence`]): leases with a keepalive,
-//!   prompt and reliable loss detection ([`Lease::lost`]), waits that hold no pooled connection,
+//!   prompt and reliable loss detection ([`Lease::lost`](crate::LeaseGuard::lost)), waits that hold no pooled connection,
 //!   fencing inside the database, and leader election. Built on tokio-postgres and a
 //!   deadpool-postgres pool.
 //! - **Calls** ([`acquire`], [`renew`], [`release`], [`inspect`], [`list`], [`purge`],
@@ -35,7 +35,7 @@
 //!   the server reported left on the lease and `margin = ttl / 1000 + safety_margin` (default
 //!   20 ms): the proportional part covers both clocks being slewed in opposite directions at the
 //!   kernel's 500 ppm maximum; the constant covers timer and wake-up latency. If no renewal is
-//!   confirmed by then, [`Lease::lost`] completes with [`LostReason::Expired`], before the
+//!   confirmed by then, [`Lease::lost`](crate::LeaseGuard::lost) completes with [`LostReason::Expired`], before the
 //!   server's expiry. A renewal answered `not_owner`, `lapsed` or `epoch_mismatch` ends the lease at
 //!   once.
 //! - **Transient errors are not loss.** A failed or unanswered renewal is retried with jittered
@@ -48,7 +48,7 @@
 //!   client, woken by the release notification or at the holder's lapse time (as the server
 //!   measured it); behind a transaction-mode pooler ([`ClientBuilder::pooler_mode`]) it sleeps
 //!   until the lapse, at most [`ClientBuilder::poll_cap`] (default 1 s) at a time.
-//! - **Fencing inside the database.** [`Lease::fence`] guards a transaction with `lease.fence`;
+//! - **Fencing inside the database.** [`Lease::fence`](crate::LeaseGuard::fence) guards a transaction with `lease.fence`;
 //!   a stale grant fails with [`Error::is_fenced`] (SQLSTATE `LE001`/`LE002`/`LE003`).
 //!
 //! # Example
@@ -141,5 +141,5 @@ pub use results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
 
 /// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
 pub use deadpool_postgres;
-/// The cancellation token type of [`Lease::token`].
+/// The cancellation token type of [`Lease::token`](crate::LeaseGuard::token).
 pub use tokio_util::sync::CancellationToken;

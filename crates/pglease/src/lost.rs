@@ -1,9 +1,9 @@
-//! Why a lease ends: [`LostReason`], what [`crate::Lease::lost`] completes with and what
+//! Why a lease ends: [`LostReason`], what [`Lease::lost`](crate::LeaseGuard::lost) completes with and what
 //! [`crate::Error::lost_reason`] reports.
 
 use std::fmt;
 
-/// Why a lease ended; what [`crate::Lease::lost`] completes with.
+/// Why a lease ended; what [`Lease::lost`](crate::LeaseGuard::lost) completes with.
 ///
 /// Every reason means the same thing to the holder: stop acting on the lease now. The first four are
 /// losses; the last two are the holder's own doing.
