@@ -310,7 +310,9 @@ impl PersistentCluster {
         let password = self.ensure_password()?;
         // initdb (as the server's account) reads the password from a file of its own, removed
         // right after.
-        let pwfile = self.root.join(format!("pwfile.init-{}", std::process::id()));
+        let pwfile = self
+            .root
+            .join(format!("pwfile.init-{}", std::process::id()));
         write_private(&pwfile, &format!("{password}\n"))?;
         user::chown_to(&pwfile, user)?;
         let mut cmd = Command::new(installation.bin("initdb"));

@@ -36,7 +36,9 @@ pub async fn install(args: InstallArgs, target: &Target) -> Result<ExitCode, Box
     let found = if args.schema_only {
         target.answer(pglease::install(&mut client)).await?
     } else {
-        target.answer(pglease::create_extension(&mut client)).await?
+        target
+            .answer(pglease::create_extension(&mut client))
+            .await?
     };
     let changed = before.as_ref() != Some(&found);
 

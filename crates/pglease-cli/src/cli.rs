@@ -270,7 +270,12 @@ pub struct RunArgs {
     pub kill_after: Duration,
 
     /// Run SCRIPT with `sh -c` instead of a command: `--shell 'make && make install'`.
-    #[arg(long, value_name = "SCRIPT", conflicts_with = "command", help_heading = "Command")]
+    #[arg(
+        long,
+        value_name = "SCRIPT",
+        conflicts_with = "command",
+        help_heading = "Command"
+    )]
     pub shell: Option<OsString>,
 
     /// The command and its arguments (after `--`).
@@ -487,8 +492,7 @@ pub fn parse_wait(s: &str) -> Result<Duration, String> {
     if s.starts_with('-') {
         return Err("must not be negative (examples: 30s, 2m, 1500ms)".into());
     }
-    let d =
-        humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
     if d > MAX_INTERVAL {
         return Err(format!(
             "must be at most {} days",
@@ -575,6 +579,44 @@ mod tests {
         assert!(parse_ttl("soon").is_err());
         assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_wait("365d"), Ok(MAX_INTERVAL));
+    }
+
+    #[test]
+    fn waits_may_be_forever_and_nothing_is_negative() {
+        assert_eq!(parse_wait_arg("forever"), Ok(MAX_INTERVAL));
+        assert_eq!(parse_wait_arg("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["-5s", " -1ms", "-0s"] {
+            assert!(parse_wait(bad).unwrap_err().contains("negative"), "{bad}");
+        }
+        assert!(parse_wait("forever").is_err(), "only --wait takes forever");
+        assert_eq!(parse_run_ttl("41ms"), Ok(MIN_RUN_TTL));
+        assert!(parse_run_ttl("40ms").unwrap_err().contains("41ms"));
+        assert!(parse_request_timeout("0s").is_err());
+    }
+
+    #[test]
+    fn the_minimum_run_ttl_is_the_keepalives() {
+        // ttl > 2 × (ttl/1000 + 20ms): true at 41ms, false at 40ms.
+        let fits = |ttl: Duration| ttl > (ttl / 1000 + Duration::from_millis(20)) * 2;
+        assert!(fits(MIN_RUN_TTL));
+        assert!(!fits(MIN_RUN_TTL - Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn shell_and_positional_keys_parse() {
+        let cli = Cli::try_parse_from(["pglease", "run", "-k", "k", "-t", "5s", "--shell", "a; b"])
+            .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.shell.as_deref(), Some(std::ffi::OsStr::new("a; b")));
+        let cli = Cli::try_parse_from(["pglease", "inspect", "job-1"]).unwrap();
+        let Command::Inspect(args) = cli.command else {
+            panic!("not inspect")
+        };
+        assert_eq!(args.key(), "job-1");
+        assert!(Cli::try_parse_from(["pglease", "inspect"]).is_err());
+        assert!(Cli::try_parse_from(["pglease", "inspect", "a", "-k", "b"]).is_err());
     }
 
     #[test]

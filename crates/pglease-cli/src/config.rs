@@ -160,10 +160,16 @@ impl Config {
                 server,
                 limits,
             } => match command {
-                LocalCommand::Start(args) => until_signal(admin::local_start(args, &server, limits)).await,
+                LocalCommand::Start(args) => {
+                    until_signal(admin::local_start(args, &server, limits)).await
+                }
                 LocalCommand::Stop => until_signal(admin::local_stop(&server)).await,
-                LocalCommand::Status(args) => until_signal(admin::local_status(args, &server)).await,
-                LocalCommand::Url(args) => until_signal(admin::local_url(args, &server, limits)).await,
+                LocalCommand::Status(args) => {
+                    until_signal(admin::local_status(args, &server)).await
+                }
+                LocalCommand::Url(args) => {
+                    until_signal(admin::local_url(args, &server, limits)).await
+                }
             },
             Config::Demo(args) => until_signal(demo::run(args)).await,
         }

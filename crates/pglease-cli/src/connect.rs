@@ -7,6 +7,12 @@
 //! means the default socket directory. This binary has no TLS, so `sslmode` must be `disable`,
 //! `allow` or `prefer` (the latter two then connect without TLS, as libpq does when the server
 //! offers none).
+//!
+//! Every exchange with the server is bounded ([`Limits`]): establishing a connection by libpq's
+//! `connect_timeout` (URL or conninfo, else `PGCONNECT_TIMEOUT`, else 10 s; per host; 0 means no
+//! bound), which here covers the startup and authentication too, not only the socket as in
+//! tokio-postgres; and each answer by `--request-timeout` ([`Target::answer`]). Signals are the
+//! callers' business (`config.rs`); a bound that passes is a [`NoAnswer`] error.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -52,9 +58,8 @@ impl Limits {
     pub fn from_env() -> Result<Limits, ConfigError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let request = match env("PGLEASE_REQUEST_TIMEOUT") {
-            Some(v) => crate::cli::parse_request_timeout(&v).map_err(|e| {
-                ConfigError::Usage(format!("PGLEASE_REQUEST_TIMEOUT={v}: {e}"))
-            })?,
+            Some(v) => crate::cli::parse_request_timeout(&v)
+                .map_err(|e| ConfigError::Usage(format!("PGLEASE_REQUEST_TIMEOUT={v}: {e}")))?,
             None => DEFAULT_REQUEST_TIMEOUT,
         };
         Ok(Limits {
@@ -102,8 +107,8 @@ fn raw_param(url: &str, name: &str) -> Option<String> {
     let mut chars = url.chars().peekable();
     loop {
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let key: String = std::iter::from_fn(|| chars.next_if(|c| *c != '=' && !c.is_whitespace()))
-            .collect();
+        let key: String =
+            std::iter::from_fn(|| chars.next_if(|c| *c != '=' && !c.is_whitespace())).collect();
         if key.is_empty() {
             return None;
         }
@@ -236,7 +241,11 @@ impl Target {
                     eprintln!(
                         "pglease: no database URL given (--database-url, DATABASE_URL or PG* \
                          variables): {} the local server in {} (see `pglease local --help`)",
-                        if started.created { "created and started" } else { "started" },
+                        if started.created {
+                            "created and started"
+                        } else {
+                            "started"
+                        },
                         server.dir().display()
                     );
                 }
@@ -680,6 +689,60 @@ mod tests {
         ] {
             assert!(!mentions_port(url), "{url}");
         }
+    }
+
+    #[test]
+    fn the_connect_timeout_follows_libpq() {
+        let limits = |url: Option<&str>, vars: &[(&str, &str)]| {
+            resolve(url, vars)
+                .map(|t| t.limits.connect)
+                .map_err(|e| match e {
+                    ConfigError::Usage(m) | ConfigError::Other(m) => m,
+                })
+        };
+        let url = Some("postgresql://h/db");
+        assert_eq!(limits(url, &[]), Ok(Some(DEFAULT_CONNECT_TIMEOUT)));
+        let secs = |s| Ok(Some(Duration::from_secs(s)));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "5")]), secs(5));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "1")]), secs(2));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "0")]), Ok(None));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "-3")]), Ok(None));
+        assert!(limits(url, &[("PGCONNECT_TIMEOUT", "soon")]).is_err());
+        // The URL's own setting wins, in either syntax.
+        let env = [("PGCONNECT_TIMEOUT", "5")];
+        assert_eq!(
+            limits(Some("postgresql://h/db?connect_timeout=7"), &env),
+            secs(7)
+        );
+        assert_eq!(
+            limits(Some("postgresql://h/db?connect_timeout=0"), &env),
+            Ok(None)
+        );
+        assert_eq!(
+            limits(Some("host=h connect_timeout = '8' dbname=x"), &env),
+            secs(8)
+        );
+        assert_eq!(limits(Some("host=h dbname=x"), &env), secs(5));
+        let config = remote(resolve(Some("postgresql://h/db"), &env).unwrap());
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn conninfo_values_are_read_like_libpq() {
+        assert_eq!(
+            raw_param("host='/a b' connect_timeout=3", "host"),
+            Some("/a b".into())
+        );
+        assert_eq!(
+            raw_param("password='it\\'s' x=1", "password"),
+            Some("it's".into())
+        );
+        assert_eq!(raw_param("host=h", "port"), None);
+        assert_eq!(
+            raw_param("postgresql://h/db?a=1&port=5", "port"),
+            Some("5".into())
+        );
+        assert_eq!(raw_param("postgresql://h/db", "port"), None);
     }
 
     #[test]

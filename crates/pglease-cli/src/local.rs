@@ -190,7 +190,8 @@ impl LocalServer {
     async fn ensure_installed(&self, limits: Limits) -> Result<(), BoxError> {
         let mut client = connect::connect_config(&self.pg_config(), limits).await?;
         let what = || format!("waiting for the local server in {}", self.dir().display());
-        if let Some(found) = connect::within(limits.request, what, pglease::installed(&client)).await?
+        if let Some(found) =
+            connect::within(limits.request, what, pglease::installed(&client)).await?
             && found.version == pglease::VERSION
         {
             return Ok(());
@@ -202,11 +203,10 @@ impl LocalServer {
                 let _ = files.install_into(&installation);
             }
         }
-        let created =
-            connect::within(limits.request, what, async {
-                Ok::<_, BoxError>(pglease::create_extension(&mut client).await)
-            })
-            .await?;
+        let created = connect::within(limits.request, what, async {
+            Ok::<_, BoxError>(pglease::create_extension(&mut client).await)
+        })
+        .await?;
         match created {
             Ok(_) => Ok(()),
             Err(e) if e.is_install() => {

@@ -351,7 +351,10 @@ mod tests {
             pglease::limits::MAX_INTERVAL,
             80,
         );
-        assert_eq!(text, "waiting for k: free, acquiring; waited 3.0s (forever)");
+        assert_eq!(
+            text,
+            "waiting for k: free, acquiring; waited 3.0s (forever)"
+        );
     }
 
     #[test]

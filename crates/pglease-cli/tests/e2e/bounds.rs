@@ -183,7 +183,13 @@ fn request_timeout_bounds_each_answer_of_a_server_that_stops_answering() {
             // A blocking acquire may wait its --wait on top.
             let args: Vec<&str> = args
                 .iter()
-                .map(|a| if *a == "1m" && args.contains(&"-w") { "1s" } else { a })
+                .map(|a| {
+                    if *a == "1m" && args.contains(&"-w") {
+                        "1s"
+                    } else {
+                        a
+                    }
+                })
                 .collect();
             case.pglease(args).args(["--request-timeout", "2s"]).spawn()
         })
@@ -206,7 +212,11 @@ fn request_timeout_bounds_each_answer_of_a_server_that_stops_answering() {
         .spawn()
         .wait(EXIT_WITHIN);
     out.expect_code(1);
-    assert!(out.stderr().contains("no answer within 2.0s"), "{}", out.report());
+    assert!(
+        out.stderr().contains("no answer within 2.0s"),
+        "{}",
+        out.report()
+    );
 }
 
 #[test]
@@ -245,7 +255,9 @@ fn invalid_bounds_are_usage_errors() {
         ("PGLEASE_REQUEST_TIMEOUT", "0s"),
         ("PGLEASE_REQUEST_TIMEOUT", "-1s"),
     ] {
-        case.pglease(["inspect", "k"]).env(var, value).expect_code(2);
+        case.pglease(["inspect", "k"])
+            .env(var, value)
+            .expect_code(2);
     }
     case.pglease(["inspect", "k", "--request-timeout", "0s"])
         .expect_code(2);

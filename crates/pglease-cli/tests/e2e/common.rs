@@ -15,6 +15,14 @@ use pgcluster::{Cluster, ClusterBuilder};
 /// The pglease binary under test.
 pub const PGLEASE: &str = env!("CARGO_BIN_EXE_pglease");
 
+/// The binary the cases run: [`PGLEASE`], or `$PGLEASE_E2E_BINARY` (to check that a test fails
+/// against an older build).
+pub fn binary() -> PathBuf {
+    std::env::var_os("PGLEASE_E2E_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(PGLEASE))
+}
+
 /// The repository's `extensions/pg_lease/` directory (control file and `sql/`).
 pub fn extension_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../extensions/pg_lease")
@@ -106,7 +114,7 @@ impl Case {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut command = Command::new(PGLEASE);
+        let mut command = Command::new(binary());
         command.args(args).current_dir(self.path());
         for (key, _) in std::env::vars_os() {
             let k = key.to_string_lossy();

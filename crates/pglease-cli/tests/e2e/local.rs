@@ -253,7 +253,9 @@ fn psql_as(user: &str, socket_dir: &std::path::Path) -> std::process::Output {
     std::process::Command::new("/usr/sbin/runuser")
         .args(["-u", user, "--", "/usr/bin/psql", "-X", "-w", "-h"])
         .arg(socket_dir)
-        .args(["-p", "5432", "-U", "postgres", "-d", "postgres", "-c", "SELECT 1"])
+        .args([
+            "-p", "5432", "-U", "postgres", "-d", "postgres", "-c", "SELECT 1",
+        ])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .current_dir("/")

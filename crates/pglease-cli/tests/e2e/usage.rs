@@ -26,8 +26,10 @@ fn a_ttl_below_the_keepalive_minimum_is_a_usage_error_named_in_help() {
     let help = case.bare(["run", "--help"]).expect_code(0).stdout();
     assert!(help.contains("41ms to 365 days"), "run --help:\n{help}");
     // A single acquire has no keepalive: the server takes any ttl from 1ms.
-    case.pglease(["acquire", "-k", "k1", "-t", "1ms"]).expect_code(0);
-    case.pglease(["acquire", "-k", "k1", "-t", "0s"]).expect_code(2);
+    case.pglease(["acquire", "-k", "k1", "-t", "1ms"])
+        .expect_code(0);
+    case.pglease(["acquire", "-k", "k1", "-t", "0s"])
+        .expect_code(2);
 }
 
 #[test]
@@ -85,7 +87,8 @@ fn run_against_a_silent_server_names_the_bound_not_the_pool() {
         .wait(Duration::from_secs(60));
     out.expect_code(1);
     assert!(
-        out.stderr().contains("no answer within 2.0s") && !out.stderr().contains("Timeout occurred"),
+        out.stderr().contains("no answer within 2.0s")
+            && !out.stderr().contains("Timeout occurred"),
         "{}",
         out.report()
     );
@@ -125,7 +128,9 @@ fn the_implicit_local_server_is_announced_once_when_started() {
     second.expect_code(0);
     assert!(
         first.stderr().contains("no database URL given")
-            && first.stderr().contains(&case.file("local").display().to_string()),
+            && first
+                .stderr()
+                .contains(&case.file("local").display().to_string()),
         "{}",
         first.report()
     );
@@ -142,7 +147,9 @@ fn wait_forever_waits_until_the_holder_releases() {
     case.pglease(["acquire", "-k", "k", "-o", "holder", "-t", "10m"])
         .expect_code(0);
     let waiter = case
-        .pglease(["acquire", "-k", "k", "-o", "waiter", "-t", "1m", "--wait", "forever", "--json"])
+        .pglease([
+            "acquire", "-k", "k", "-o", "waiter", "-t", "1m", "--wait", "forever", "--json",
+        ])
         .spawn();
     // Observable: the waiter's blocking acquire sleeps on the server.
     let db = case.url.rsplit('/').next().unwrap().to_string();
@@ -182,8 +189,10 @@ fn run_shell_runs_a_script_with_sh() {
         .expect_code(3);
     expect_eq("stdout", "one\ntwo k\n", out.stdout().as_str());
     // A script and a command are one too many.
-    case.pglease(["run", "-k", "k", "-t", "5s", "--shell", "true", "--", "true"])
-        .expect_code(2);
+    case.pglease([
+        "run", "-k", "k", "-t", "5s", "--shell", "true", "--", "true",
+    ])
+    .expect_code(2);
 }
 
 #[test]
@@ -191,7 +200,10 @@ fn inspect_takes_the_key_as_an_argument_or_with_key() {
     let case = Case::new("usage_inspect");
     case.pglease(["acquire", "-k", "pos-key", "-o", "me", "-t", "1m"])
         .expect_code(0);
-    for args in [&["inspect", "pos-key", "--json"][..], &["inspect", "--key", "pos-key", "--json"]] {
+    for args in [
+        &["inspect", "pos-key", "--json"][..],
+        &["inspect", "--key", "pos-key", "--json"],
+    ] {
         let state = case.pglease(args).expect_code(0).json();
         expect_eq("owner", &Value::from("me"), &state["owner"]);
     }
