@@ -48,7 +48,7 @@ const MAX_SOCKET_PATH: usize = 107;
 /// | --- | --- |
 /// | `data/` | the data directory (`initdb` into `data.init-<pid>/`, then renamed: never half made) |
 /// | `run/` | the unix socket directory (`.s.PGSQL.<port>`); the server listens on no TCP port |
-/// | `server.log` | the server's log (`pg_ctl -l`) |
+/// | `server.log` | the server's log (`pg_ctl -l`; mode 0600) |
 /// | `bindir` | the PostgreSQL bin directory the data directory was created with |
 /// | `password` | the password of role `postgres` (mode 0600, the creating user's) |
 /// | `lock` | `flock`ed while a process starts or stops the server |
@@ -509,8 +509,10 @@ impl StartStopLock {
         OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(&log)
             .ctx("creating", &log)?;
+        fs::set_permissions(&log, fs::Permissions::from_mode(0o600)).ctx("chmod", &log)?;
         user::chown_to(&log, user.as_ref())?;
 
         let options = [

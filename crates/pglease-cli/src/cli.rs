@@ -149,9 +149,11 @@ pub enum Command {
     ///
     /// The server is private to this user: data in $PGLEASE_LOCAL_DIR, else
     /// $XDG_DATA_HOME/pglease/local or ~/.local/share/pglease/local (as root: /var/lib/pglease/local,
-    /// with the server running as $PGCLUSTER_USER, default nobody). It listens only on a unix socket
-    /// in that directory, has pg_lease installed, and keeps running after pglease exits, so later
-    /// commands reuse it. PostgreSQL comes from this machine, or is fetched from PyPI on first use.
+    /// with the server running as $PGCLUSTER_USER, default nobody). Only you can connect: it listens
+    /// on no TCP port, its socket directory is private, and connections need the password generated
+    /// in <dir>/password (mode 0600; `local url` prints a URL with it). It has pg_lease installed and
+    /// keeps running after pglease exits, so later commands reuse it. PostgreSQL comes from this
+    /// machine, or is fetched from PyPI on first use.
     #[command(subcommand)]
     Local(LocalCommand),
 
