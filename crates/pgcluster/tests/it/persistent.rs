@@ -276,13 +276,12 @@ async fn only_the_creator_can_connect_with_the_generated_password() {
         .unwrap()
         .get(0);
     assert_eq!(listen, "", "no TCP listener");
-    let err = connect_with(server, None).await.err().expect("refused");
+    let err = connect_with(server, None).await.expect_err("refused");
     // The server asked for a password (tokio-postgres: "invalid configuration: password missing").
     assert!(format!("{err:?}").contains("password"), "{err:?}");
     let err = connect_with(server, Some("guess"))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(
         err.code(),
         Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD),
