@@ -104,7 +104,12 @@ pub async fn acquire(
                 json.expires_at = Some(output::timestamp(grant.expires_at));
                 output::json(&json)?;
             } else {
-                let now = target.answer(waiting::server_now(&client)).await?;
+                // Still interruptible; the grant then stands until its expiry, as any grant of
+                // `acquire` does (it has no keepalive).
+                let now = tokio::select! {
+                    now = target.answer(waiting::server_now(&client)) => now?,
+                    sig = signals.recv_terminating() => return Ok(exit::signal_exit(sig)),
+                };
                 output::out(&output::fields(&[
                     ("acquired", key),
                     ("owner", owner),
