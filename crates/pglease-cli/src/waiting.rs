@@ -131,13 +131,14 @@ pub async fn acquire(
     wait: Duration,
     signals: &mut Signals,
 ) -> Result<Outcome, BoxError> {
-    // Best effort: PostgreSQL 14+ then ends the statement soon after this client vanishes.
-    if !wait.is_zero() {
-        let _ = target
-            .answer(client.batch_execute("SET client_connection_check_interval = '1s'"))
-            .await;
-    }
+    // One bound and one select for everything sent, so that a signal ends any step.
     let acquiring = target.answer_after(wait, async {
+        // Best effort: PostgreSQL 14+ then ends the statement soon after this client vanishes.
+        if !wait.is_zero() {
+            let _ = client
+                .batch_execute("SET client_connection_check_interval = '1s'")
+                .await;
+        }
         match pglease::acquire(client, key, owner, ttl, wait).await {
             Ok(grant) => Ok(grant),
             Err(e) if e.is_wait_timeout() => Ok(None),
