@@ -31,7 +31,7 @@ need=()
 command -v tmux >/dev/null || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
-    say "installing ${need[*]} (Debian packages)"
+    say "installing Debian packages the suites need: ${need[*]} (apt-get update && apt-get install; install them yourself beforehand to skip this)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   else
     echo "scripts/test.sh: please install ${need[*]} (e.g. sudo apt-get install ${need[*]})" >&2

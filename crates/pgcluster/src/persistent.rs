@@ -6,10 +6,21 @@
 //! Unlike [`Cluster`](crate::Cluster)s, nothing here is removed on drop or at exit, and nothing
 //! is swept: the directory and the server belong to whoever chose the directory.
 //! The directory's layout is documented on [`PersistentCluster`].
+//!
+//! # Who may connect
+//!
+//! Only the user who created the directory (and root). The server listens on no TCP port; its
+//! socket directory is mode 0700, owned by the server's account; and every connection must
+//! authenticate with `scram-sha-256` as `postgres`, whose password is generated at creation and
+//! kept in `password` (mode 0600, owned by the creating user). When root creates the directory the
+//! server runs as an unprivileged account (`nobody`) that can reach the socket but cannot read the
+//! password, so other processes of that account are refused too. A directory made by an older
+//! version (trust authentication) is converted on its next start: the server is stopped if it
+//! runs, the password set in single-user mode, and `pg_hba.conf` rewritten.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -37,8 +48,9 @@ const MAX_SOCKET_PATH: usize = 107;
 /// | --- | --- |
 /// | `data/` | the data directory (`initdb` into `data.init-<pid>/`, then renamed: never half made) |
 /// | `run/` | the unix socket directory (`.s.PGSQL.<port>`); the server listens on no TCP port |
-/// | `server.log` | the server's log (`pg_ctl -l`) |
+/// | `server.log` | the server's log (`pg_ctl -l`; mode 0600) |
 /// | `bindir` | the PostgreSQL bin directory the data directory was created with |
+/// | `password` | the password of role `postgres` (mode 0600, the creating user's) |
 /// | `lock` | `flock`ed while a process starts or stops the server |
 ///
 /// As root, `initdb`, `pg_ctl` and the server run as [`server_user`](crate::server_user), which
@@ -71,6 +83,7 @@ pub struct DetachedServer {
     pid: u32,
     socket_dir: PathBuf,
     port: u16,
+    password: Option<String>,
 }
 
 /// What [`StartStopLock::start`] found or did.
@@ -147,6 +160,19 @@ impl PersistentCluster {
         self.root.join("lock")
     }
 
+    /// The file holding the password of role `postgres` (mode 0600).
+    pub fn password_path(&self) -> PathBuf {
+        self.root.join("password")
+    }
+
+    /// The password of role `postgres`, once the directory has been created (readable only by the
+    /// user who created it, and root).
+    pub fn password(&self) -> Option<String> {
+        let text = fs::read_to_string(self.password_path()).ok()?;
+        let line = text.lines().next()?.trim();
+        (!line.is_empty()).then(|| line.to_owned())
+    }
+
     /// Whether the data directory has been created.
     pub fn is_created(&self) -> bool {
         self.data_dir().join("PG_VERSION").is_file()
@@ -206,17 +232,19 @@ impl PersistentCluster {
             pid,
             socket_dir,
             port,
+            password: self.password(),
         })
     }
 
-    /// Takes the directory's lock (creating the directory, mode 0755, if missing), blocking
-    /// until other starters and stoppers are done.
+    /// Takes the directory's lock (creating the directory if missing: mode 0700, or 0711 as root
+    /// so that the server's account can reach its parts), blocking until other starters and
+    /// stoppers are done.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] if the directory or lock file cannot be made or locked.
     pub fn lock(&self) -> Result<StartStopLock> {
-        create_dir(&self.root, 0o755)?;
+        create_dir(&self.root, if user::is_root() { 0o711 } else { 0o700 })?;
         let path = self.lock_path();
         let file = OpenOptions::new()
             .create(true)
@@ -279,16 +307,30 @@ impl PersistentCluster {
         let _ = fs::remove_dir_all(&staging);
         create_dir(&staging, 0o700)?;
         user::chown_to(&staging, user)?;
+        let password = self.ensure_password()?;
+        // initdb (as the server's account) reads the password from a file of its own, removed
+        // right after.
+        let pwfile = self
+            .root
+            .join(format!("pwfile.init-{}", std::process::id()));
+        write_private(&pwfile, &format!("{password}\n"))?;
+        user::chown_to(&pwfile, user)?;
         let mut cmd = Command::new(installation.bin("initdb"));
-        cmd.arg("-D").arg(&staging).args([
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-        ]);
-        if let Err((status, output)) = self.run_as_server(cmd, user)? {
+        cmd.arg("-D")
+            .arg(&staging)
+            .args([
+                "-U",
+                "postgres",
+                "--auth-local=scram-sha-256",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .arg(format!("--pwfile={}", pwfile.display()));
+        let ran = self.run_as_server(cmd, user);
+        let _ = fs::remove_file(&pwfile);
+        if let Err((status, output)) = ran? {
             let _ = fs::remove_dir_all(&staging);
             return Err(Error::Initdb {
                 data_dir: staging,
@@ -303,6 +345,73 @@ impl PersistentCluster {
         )
         .ctx("writing", &bindir)?;
         fs::rename(&staging, self.data_dir()).ctx("moving into place", &staging)?;
+        Ok(())
+    }
+
+    /// The password of role `postgres`, generated and written to [`password_path`](Self::password_path)
+    /// (mode 0600) if there is none yet.
+    fn ensure_password(&self) -> Result<String> {
+        if let Some(password) = self.password() {
+            return Ok(password);
+        }
+        let path = self.password_path();
+        let mut bytes = [0u8; 24];
+        File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+            .ctx("reading", Path::new("/dev/urandom"))?;
+        let password: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        write_private(&path, &format!("{password}\n"))?;
+        Ok(password)
+    }
+
+    /// Whether the data directory has its password and `pg_hba.conf` trusts no one.
+    fn is_secure(&self) -> bool {
+        let hba = fs::read_to_string(self.data_dir().join("pg_hba.conf")).unwrap_or_default();
+        let trusting = hba.lines().any(|l| {
+            !l.trim_start().starts_with('#') && l.split_whitespace().any(|w| w == "trust")
+        });
+        self.password().is_some() && !trusting
+    }
+
+    /// Converts a data directory made with trust authentication (by an older version): sets the
+    /// password of `postgres` in single-user mode and rewrites `pg_hba.conf`. The server must not
+    /// run. A no-op when the password file exists and `pg_hba.conf` trusts no one.
+    fn secure(&self, bindir: &Path, user: Option<&ServerUser>) -> Result<()> {
+        if self.is_secure() {
+            return Ok(());
+        }
+        let hba = self.data_dir().join("pg_hba.conf");
+        let password = self.ensure_password()?;
+        let mut cmd = Command::new(bindir.join("postgres"));
+        cmd.arg("--single")
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("postgres");
+        user::prepare_server_command(&mut cmd, user, &self.root);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ctx("running", &bindir.join("postgres"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(
+                &mut stdin,
+                format!("ALTER ROLE postgres PASSWORD '{password}'\n").as_bytes(),
+            )
+            .ctx("writing to", &bindir.join("postgres"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .ctx("running", &bindir.join("postgres"))?;
+        if !out.status.success() {
+            return Err(Error::Command {
+                program: "postgres --single".into(),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
+            });
+        }
+        fs::write(&hba, HBA).ctx("writing", &hba)?;
         Ok(())
     }
 
@@ -356,11 +465,16 @@ impl StartStopLock {
     pub fn start(&self, major: u32) -> Result<Started> {
         let c = &self.cluster;
         if let Some(server) = c.attach() {
-            return Ok(Started {
-                server,
-                created: false,
-                started: false,
-            });
+            if c.is_secure() {
+                return Ok(Started {
+                    server,
+                    created: false,
+                    started: false,
+                });
+            }
+            // Made by an older version, running with trust authentication: restart it secured.
+            self.stop()?;
+            wait_stopped(c);
         }
         let user = user::server_user()?;
         if let Some(user) = &user {
@@ -381,22 +495,31 @@ impl StartStopLock {
             c.initdb(major, user.as_ref())?;
         }
         let bindir = c.resolve_bindir(c.major().unwrap_or(major))?;
+        if !created {
+            c.secure(&bindir, user.as_ref())?;
+        }
 
+        // Only the server's account may enter the socket directory (root may anyway).
         let socket_dir = c.socket_dir();
-        create_dir(&socket_dir, 0o755)?;
+        create_dir(&socket_dir, 0o700)?;
+        fs::set_permissions(&socket_dir, fs::Permissions::from_mode(0o700))
+            .ctx("chmod", &socket_dir)?;
         user::chown_to(&socket_dir, user.as_ref())?;
         let log = c.log_path();
         OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(&log)
             .ctx("creating", &log)?;
+        fs::set_permissions(&log, fs::Permissions::from_mode(0o600)).ctx("chmod", &log)?;
         user::chown_to(&log, user.as_ref())?;
 
         let options = [
             "listen_addresses=".to_string(),
             format!("port={}", c.port),
             format!("unix_socket_directories={}", socket_dir.display()),
+            "unix_socket_permissions=0700".to_string(),
         ]
         .iter()
         .map(|setting| format!("-c {}", shell_quote(setting)))
@@ -483,18 +606,28 @@ impl DetachedServer {
         self.port
     }
 
-    /// A libpq key=value connection string over the unix socket:
-    /// `host=<socket_dir> port=<port> user=postgres dbname=<dbname>`.
+    /// The password of role `postgres` (from the directory's `password` file), if readable.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// A libpq key=value connection string over the unix socket, with the password:
+    /// `host=<socket_dir> port=<port> user=postgres password=<password> dbname=<dbname>`.
     pub fn connection_string(&self, dbname: &str) -> String {
+        let password = self
+            .password
+            .as_deref()
+            .map(|p| format!(" password={}", conninfo_quote(p)))
+            .unwrap_or_default();
         format!(
-            "host={} port={} user=postgres dbname={}",
+            "host={} port={} user=postgres{password} dbname={}",
             conninfo_quote(&self.socket_dir.to_string_lossy()),
             self.port,
             conninfo_quote(dbname)
         )
     }
 
-    /// Connects as `postgres` to `dbname` over the unix socket.
+    /// Connects as `postgres` (with the password) to `dbname` over the unix socket.
     ///
     /// Must be called inside a tokio runtime: the connection future is `tokio::spawn`ed.
     ///
@@ -508,8 +641,41 @@ impl DetachedServer {
             .port(self.port)
             .user("postgres")
             .dbname(dbname);
+        if let Some(password) = &self.password {
+            config.password(password);
+        }
         spawn_connection(config).await
     }
+}
+
+/// The `pg_hba.conf` of a persistent cluster: password (SCRAM) authentication for everyone.
+const HBA: &str = "\
+# Written by pgcluster: every connection authenticates with scram-sha-256.
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+";
+
+/// Waits (at most 60 s) until the postmaster of `cluster` has removed its `postmaster.pid`.
+fn wait_stopped(cluster: &PersistentCluster) {
+    let pid = cluster.data_dir().join("postmaster.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pid.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Writes `text` to a new file `path` of mode 0600 (replacing an old one).
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    let _ = fs::remove_file(path);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .ctx("creating", path)?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).ctx("writing", path)
 }
 
 /// Fails with a clear message if `user` cannot traverse every ancestor of `dir` (we made it,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::cli::{InstallArgs, LocalStartArgs, LocalStatusArgs, LocalUrlArgs, StatusArgs};
-use crate::connect::Target;
+use crate::connect::{Limits, Target};
 use crate::exit::BoxError;
 use crate::local::LocalServer;
 use crate::output;
@@ -32,11 +32,13 @@ fn via_text(via: pglease::Via) -> &'static str {
 /// `pglease install`.
 pub async fn install(args: InstallArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let mut client = target.connect().await?;
-    let before = pglease::installed(&client).await?;
+    let before = target.answer(pglease::installed(&client)).await?;
     let found = if args.schema_only {
-        pglease::install(&mut client).await?
+        target.answer(pglease::install(&mut client)).await?
     } else {
-        pglease::create_extension(&mut client).await?
+        target
+            .answer(pglease::create_extension(&mut client))
+            .await?
     };
     let changed = before.as_ref() != Some(&found);
 
@@ -108,17 +110,17 @@ async fn counts(client: &Client) -> Result<Counts, BoxError> {
 /// `pglease status`.
 pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let client = target.connect().await?;
-    let server_version: String = client
-        .query_one("SELECT pg_catalog.current_setting('server_version')", &[])
+    let server_version: String = target
+        .answer(client.query_one("SELECT pg_catalog.current_setting('server_version')", &[]))
         .await?
         .try_get(0)?;
-    let database: String = client
-        .query_one("SELECT pg_catalog.current_database()::text", &[])
+    let database: String = target
+        .answer(client.query_one("SELECT pg_catalog.current_database()::text", &[]))
         .await?
         .try_get(0)?;
-    let installed = pglease::installed(&client).await?;
+    let installed = target.answer(pglease::installed(&client)).await?;
     let counts = match &installed {
-        Some(_) => Some(counts(&client).await?),
+        Some(_) => Some(target.answer(counts(&client)).await?),
         None => None,
     };
 
@@ -142,7 +144,7 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
     }
     let json = Json {
         target: target.describe(),
-        local: matches!(target, Target::Local { .. }),
+        local: target.is_local(),
         server_version,
         database,
         pg_lease: installed.map(|i| Extension {
@@ -202,7 +204,9 @@ struct LocalJson {
     pid: Option<u32>,
     version: Option<String>,
     dir: String,
+    /// Without the password (`pglease local url` prints one with it).
     url: String,
+    password_file: String,
     log: String,
 }
 
@@ -216,6 +220,7 @@ fn local_json(server: &LocalServer) -> LocalJson {
             .or_else(|| server.major().map(|m| m.to_string())),
         dir: server.dir().display().to_string(),
         url: server.url(),
+        password_file: server.password_path().display().to_string(),
         log: server.log_path().display().to_string(),
     }
 }
@@ -238,13 +243,18 @@ fn print_local(json: &LocalJson, as_json: bool) -> std::io::Result<()> {
         ),
         ("dir", json.dir.clone()),
         ("url", json.url.clone()),
+        ("password", json.password_file.clone()),
         ("log", json.log.clone()),
     ]))
 }
 
 /// `pglease local start`.
-pub async fn local_start(args: LocalStartArgs, server: &LocalServer) -> Result<ExitCode, BoxError> {
-    let started = server.ensure_started(args.pg.pg_version).await?;
+pub async fn local_start(
+    args: LocalStartArgs,
+    server: &LocalServer,
+    limits: Limits,
+) -> Result<ExitCode, BoxError> {
+    let started = server.ensure_started(args.pg.pg_version, limits).await?;
     if !args.output.json {
         let what = match (started.created, started.started) {
             (true, _) => "created and started the local server",
@@ -278,17 +288,24 @@ pub async fn local_status(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `pglease local url`.
-pub async fn local_url(args: LocalUrlArgs, server: &LocalServer) -> Result<ExitCode, BoxError> {
-    server.ensure_started(args.pg.pg_version).await?;
+/// `pglease local url`: the URL with the password (keep it private: it lets its holder in).
+pub async fn local_url(
+    args: LocalUrlArgs,
+    server: &LocalServer,
+    limits: Limits,
+) -> Result<ExitCode, BoxError> {
+    server.ensure_started(args.pg.pg_version, limits).await?;
+    let url = server
+        .url_with_password()
+        .ok_or_else(|| format!("no password in {}", server.password_path().display()))?;
     if args.output.json {
         #[derive(Serialize)]
         struct Json {
             url: String,
         }
-        output::json(&Json { url: server.url() })?;
+        output::json(&Json { url })?;
     } else {
-        output::out(&format!("{}\n", server.url()))?;
+        output::out(&format!("{url}\n"))?;
     }
     Ok(ExitCode::SUCCESS)
 }

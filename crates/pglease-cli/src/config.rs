@@ -1,5 +1,10 @@
 //! A parsed command line resolved into what to run: one [`Config`] variant per command, holding its
 //! arguments with where it connects and who it acts as, all decided before any I/O; and running it.
+//!
+//! Every command but `run` (which forwards signals to its command) ends promptly on SIGINT,
+//! SIGTERM, SIGHUP or SIGQUIT, in whatever state it is (connecting, waiting for an answer, starting
+//! the local server), exiting with 128 + the signal's number; `acquire` first cancels a blocking
+//! acquire on the server (see `waiting.rs`).
 
 use std::process::ExitCode;
 
@@ -7,9 +12,10 @@ use crate::cli::{
     AcquireArgs, Cli, Command, DemoArgs, InspectArgs, InstallArgs, ListArgs, LocalCommand,
     PurgeArgs, ReleaseArgs, RenewArgs, RunArgs, StatusArgs,
 };
-use crate::connect::{ConfigError, Target};
-use crate::exit::BoxError;
+use crate::connect::{ConfigError, Limits, Target};
+use crate::exit::{self, BoxError};
 use crate::local::LocalServer;
+use crate::signals::Signals;
 use crate::{admin, demo, leases, run};
 
 /// The major version of a new local server when a command starts it on demand.
@@ -44,10 +50,11 @@ pub enum Config {
     Install { args: InstallArgs, target: Target },
     /// `pglease status`.
     Status { args: StatusArgs, target: Target },
-    /// `pglease local ...` on `server`.
+    /// `pglease local ...` on `server`, its connections bounded by `limits`.
     Local {
         command: LocalCommand,
         server: LocalServer,
+        limits: Limits,
     },
     /// `pglease demo`.
     Demo(DemoArgs),
@@ -66,11 +73,17 @@ impl Config {
         let target = |conn| Target::resolve(conn, major);
         let owner = |owner: &Option<String>| owner.clone().unwrap_or_else(run::default_owner);
         Ok(match cli.command {
-            Command::Run(args) => Config::Run {
-                target: target(&args.conn)?,
-                owner: owner(&args.owner),
-                args,
-            },
+            Command::Run(mut args) => {
+                // `--shell SCRIPT` is `-- sh -c SCRIPT`: run.rs sees an ordinary command.
+                if let Some(script) = args.shell.take() {
+                    args.command = vec!["sh".into(), "-c".into(), script];
+                }
+                Config::Run {
+                    target: target(&args.conn)?,
+                    owner: owner(&args.owner),
+                    args,
+                }
+            }
             Command::Acquire(args) => Config::Acquire {
                 target: target(&args.conn)?,
                 owner: owner(&args.owner),
@@ -107,6 +120,7 @@ impl Config {
             Command::Local(command) => Config::Local {
                 command,
                 server: LocalServer::from_env().map_err(ConfigError::Other)?,
+                limits: Limits::from_env()?,
             },
             Command::Demo(args) => Config::Demo(args),
         })
@@ -119,31 +133,57 @@ impl Config {
     /// Whatever the command fails with (exit code 1); refusals are exit codes, not errors.
     pub async fn run(self) -> Result<ExitCode, BoxError> {
         match self {
+            // `run` catches and forwards signals itself.
             Config::Run {
                 args,
                 owner,
                 target,
             } => run::run(args, owner, &target).await,
+            // `acquire` handles signals itself: a blocking acquire must be cancelled on the server.
             Config::Acquire {
                 args,
                 owner,
                 target,
-            } => leases::acquire(args, owner, &target).await,
-            Config::Renew { args, target } => leases::renew(args, &target).await,
-            Config::Release { args, target } => leases::release(args, &target).await,
-            Config::Inspect { args, target } => leases::inspect(args, &target).await,
-            Config::List { args, target } => leases::list(args, &target).await,
-            Config::Purge { args, target } => leases::purge(args, &target).await,
-            Config::Install { args, target } => admin::install(args, &target).await,
-            Config::Status { args, target } => admin::status(args, &target).await,
-            Config::Local { command, server } => match command {
-                LocalCommand::Start(args) => admin::local_start(args, &server).await,
-                LocalCommand::Stop => admin::local_stop(&server).await,
-                LocalCommand::Status(args) => admin::local_status(args, &server).await,
-                LocalCommand::Url(args) => admin::local_url(args, &server).await,
+            } => {
+                let mut signals = Signals::catch()?;
+                leases::acquire(args, owner, &target, &mut signals).await
+            }
+            Config::Renew { args, target } => until_signal(leases::renew(args, &target)).await,
+            Config::Release { args, target } => until_signal(leases::release(args, &target)).await,
+            Config::Inspect { args, target } => until_signal(leases::inspect(args, &target)).await,
+            Config::List { args, target } => until_signal(leases::list(args, &target)).await,
+            Config::Purge { args, target } => until_signal(leases::purge(args, &target)).await,
+            Config::Install { args, target } => until_signal(admin::install(args, &target)).await,
+            Config::Status { args, target } => until_signal(admin::status(args, &target)).await,
+            Config::Local {
+                command,
+                server,
+                limits,
+            } => match command {
+                LocalCommand::Start(args) => {
+                    until_signal(admin::local_start(args, &server, limits)).await
+                }
+                LocalCommand::Stop => until_signal(admin::local_stop(&server)).await,
+                LocalCommand::Status(args) => {
+                    until_signal(admin::local_status(args, &server)).await
+                }
+                LocalCommand::Url(args) => {
+                    until_signal(admin::local_url(args, &server, limits)).await
+                }
             },
-            Config::Demo(args) => demo::run(args).await,
+            Config::Demo(args) => until_signal(demo::run(args)).await,
         }
+    }
+}
+
+/// Runs `command`, ending it (dropped) on a terminating signal with 128 + the signal's number.
+async fn until_signal(
+    command: impl std::future::Future<Output = Result<ExitCode, BoxError>>,
+) -> Result<ExitCode, BoxError> {
+    let mut signals = Signals::catch()?;
+    tokio::select! {
+        result = command => result,
+        sig = signals.recv_terminating() => Ok(exit::signal_exit(sig)),
     }
 }
 

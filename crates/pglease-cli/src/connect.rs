@@ -7,7 +7,14 @@
 //! means the default socket directory. This binary has no TLS, so `sslmode` must be `disable`,
 //! `allow` or `prefer` (the latter two then connect without TLS, as libpq does when the server
 //! offers none).
+//!
+//! Every exchange with the server is bounded ([`Limits`]): establishing a connection by libpq's
+//! `connect_timeout` (URL or conninfo, else `PGCONNECT_TIMEOUT`, else 10 s; per host; 0 means no
+//! bound), which here covers the startup and authentication too, not only the socket as in
+//! tokio-postgres; and each answer by `--request-timeout` ([`Target::answer`]). Signals are the
+//! callers' business (`config.rs`); a bound that passes is a [`NoAnswer`] error.
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -22,9 +29,126 @@ use crate::local::LocalServer;
 /// The variables whose presence selects libpq-style settings over the local server.
 const SELECTING_VARS: &[&str] = &["PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE"];
 
-/// Where to connect.
+/// How long connecting to one host may take when neither `connect_timeout` (in the URL) nor
+/// `PGCONNECT_TIMEOUT` says: libpq would wait without bound, pglease does not.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long pglease waits for each answer from the server (`--request-timeout`,
+/// `PGLEASE_REQUEST_TIMEOUT`); a blocking acquire may take `--wait` longer.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// libpq's shortest connect timeout: smaller positive values count as 2 seconds.
+const MIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The time bounds of every exchange with the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Establishing a connection, per host tried (socket, startup, authentication); `None` when
+    /// `connect_timeout` is 0 (libpq's "wait indefinitely"; a signal still ends the command).
+    pub connect: Option<Duration>,
+    /// Each answer to a request on an established connection.
+    pub request: Duration,
+}
+
+impl Limits {
+    /// The limits for commands without connection arguments (`pglease local ...`): the local
+    /// server's connections honour `PGCONNECT_TIMEOUT` and `PGLEASE_REQUEST_TIMEOUT`.
+    ///
+    /// # Errors
+    ///
+    /// An invalid value of either variable (a usage error).
+    pub fn from_env() -> Result<Limits, ConfigError> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let request = match env("PGLEASE_REQUEST_TIMEOUT") {
+            Some(v) => crate::cli::parse_request_timeout(&v)
+                .map_err(|e| ConfigError::Usage(format!("PGLEASE_REQUEST_TIMEOUT={v}: {e}")))?,
+            None => DEFAULT_REQUEST_TIMEOUT,
+        };
+        Ok(Limits {
+            connect: connect_timeout("", &env).map_err(ConfigError::Usage)?,
+            request,
+        })
+    }
+}
+
+/// The connect timeout libpq would use: `connect_timeout` in `url`, else `PGCONNECT_TIMEOUT`, else
+/// [`DEFAULT_CONNECT_TIMEOUT`]; 0 or less means no bound, 1 means 2 seconds (as libpq has it).
+fn connect_timeout(
+    url: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Duration>, String> {
+    let (text, source) = match raw_param(url, "connect_timeout") {
+        Some(v) => (v, "connect_timeout"),
+        None => match env("PGCONNECT_TIMEOUT") {
+            Some(v) => (v, "PGCONNECT_TIMEOUT"),
+            None => return Ok(Some(DEFAULT_CONNECT_TIMEOUT)),
+        },
+    };
+    let secs: i64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{source}: invalid number of seconds {text:?}"))?;
+    Ok(u64::try_from(secs)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(|s| Duration::from_secs(s).max(MIN_CONNECT_TIMEOUT)))
+}
+
+/// The raw value of setting `name` in a URL's query (`?connect_timeout=5`) or a conninfo string
+/// (`connect_timeout=5`, `connect_timeout = '5'`).
+fn raw_param(url: &str, name: &str) -> Option<String> {
+    if url.starts_with("postgresql://") || url.starts_with("postgres://") {
+        let query = url.split_once('?')?.1;
+        return query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_owned());
+    }
+    // conninfo: key = value pairs, values optionally single-quoted with backslash escapes.
+    let mut chars = url.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let key: String =
+            std::iter::from_fn(|| chars.next_if(|c| *c != '=' && !c.is_whitespace())).collect();
+        if key.is_empty() {
+            return None;
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        chars.next_if_eq(&'=')?;
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            while let Some(c) = chars.next() {
+                match c {
+                    '\'' => break,
+                    '\\' => value.extend(chars.next()),
+                    c => value.push(c),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.extend(chars.next());
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        if key == name {
+            return Some(value);
+        }
+    }
+}
+
+/// Where to connect, and how long each exchange may take.
 #[derive(Debug, Clone)]
-pub enum Target {
+pub struct Target {
+    place: Place,
+    limits: Limits,
+}
+
+/// The server a [`Target`] names.
+#[derive(Debug, Clone)]
+enum Place {
     /// A given server: from the URL, or from `PG*` variables alone.
     Remote {
         /// The complete configuration.
@@ -70,47 +194,178 @@ impl Target {
             }
             None => {
                 let server = LocalServer::from_env().map_err(ConfigError::Other)?;
-                return Ok(Target::Local {
-                    server,
-                    major: local_major,
+                return Ok(Target {
+                    place: Place::Local {
+                        server,
+                        major: local_major,
+                    },
+                    limits: Limits {
+                        connect: connect_timeout("", env).map_err(ConfigError::Usage)?,
+                        request: args.request_timeout,
+                    },
                 });
             }
         };
         apply_pg_env(&mut config, url, env).map_err(ConfigError::Usage)?;
-        Ok(Target::Remote {
-            config: Box::new(config),
-            via,
+        let connect = connect_timeout(url, env).map_err(ConfigError::Usage)?;
+        if let Some(timeout) = connect {
+            config.connect_timeout(timeout);
+        }
+        Ok(Target {
+            place: Place::Remote {
+                config: Box::new(config),
+                via,
+            },
+            limits: Limits {
+                connect,
+                request: args.request_timeout,
+            },
         })
     }
 
-    /// The connection settings (starting the local server first if it is the target).
+    /// Whether this is the embedded local server.
+    pub fn is_local(&self) -> bool {
+        matches!(self.place, Place::Local { .. })
+    }
+
+    /// The connection settings (starting the local server first if it is the target), with
+    /// `connect_timeout` set to the connect bound for each host.
     pub async fn config(&self) -> Result<Config, BoxError> {
-        match self {
-            Target::Remote { config, .. } => Ok((**config).clone()),
-            Target::Local { server, major } => {
-                server.ensure_started(*major).await?;
-                Ok(server.pg_config())
+        match &self.place {
+            Place::Remote { config, .. } => Ok((**config).clone()),
+            Place::Local { server, major } => {
+                let started = server.ensure_started(*major, self.limits).await?;
+                if started.created || started.started {
+                    // Said once, when this command starts it: under cron (no DATABASE_URL) a job
+                    // would otherwise silently use a private server.
+                    eprintln!(
+                        "pglease: no database URL given (--database-url, DATABASE_URL or PG* \
+                         variables): {} the local server in {} (see `pglease local --help`)",
+                        if started.created {
+                            "created and started"
+                        } else {
+                            "started"
+                        },
+                        server.dir().display()
+                    );
+                }
+                let mut config = server.pg_config();
+                if let Some(timeout) = self.limits.connect {
+                    config.connect_timeout(timeout);
+                }
+                Ok(config)
             }
         }
     }
 
-    /// Connects (starting the local server first if it is the target).
+    /// Connects (starting the local server first if it is the target), within the connect bound.
     pub async fn connect(&self) -> Result<tokio_postgres::Client, BoxError> {
         let config = self.config().await?;
-        connect_config(&config)
+        connect_config(&config, self.limits)
             .await
             .map_err(|e| exit::context(format!("connecting to {}", self.describe()), e))
     }
 
+    /// A [`pglease::Client`] for this target (for `pglease run`): one connection is opened first
+    /// with [`connect`](Self::connect), so that a refused or silent server is reported as such
+    /// within the connect bound; the client's pool then uses the same bound for each connection.
+    pub async fn client(
+        &self,
+        builder: pglease::ClientBuilder,
+    ) -> Result<pglease::Client, BoxError> {
+        drop(self.connect().await?);
+        let config = self.config().await?;
+        let builder = match self.limits.connect {
+            Some(timeout) => builder.connect_timeout(timeout * hosts(&config)),
+            None => builder,
+        };
+        builder
+            .connect_with(config, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| exit::context(format!("connecting to {}", self.describe()), e))
+    }
+
+    /// Awaits one answer from the server, at most the request bound.
+    ///
+    /// # Errors
+    ///
+    /// The call's own error, or [`NoAnswer`] when the bound passes first (the call's future is
+    /// dropped: its outcome on the server is unknown).
+    pub async fn answer<T, E: Into<BoxError>>(
+        &self,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, BoxError> {
+        self.answer_after(Duration::ZERO, fut).await
+    }
+
+    /// Like [`answer`](Self::answer) for a call that may legitimately take `extra` longer (a
+    /// blocking acquire waits up to `--wait` on the server).
+    pub async fn answer_after<T, E: Into<BoxError>>(
+        &self,
+        extra: Duration,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, BoxError> {
+        let bound = self.limits.request.saturating_add(extra);
+        within(bound, || format!("waiting for {}", self.describe()), fut).await
+    }
+
     /// A description for messages, without the password.
     pub fn describe(&self) -> String {
-        match self {
-            Target::Remote { config, via } => {
+        match &self.place {
+            Place::Remote { config, via } => {
                 format!("{} (from the {via})", describe_config(config))
             }
-            Target::Local { server, .. } => format!("local server in {}", server.dir().display()),
+            Place::Local { server, .. } => format!("local server in {}", server.dir().display()),
         }
     }
+}
+
+/// A server that gave no answer within a bound.
+#[derive(Debug)]
+pub struct NoAnswer {
+    /// What was being done.
+    what: String,
+    /// The bound.
+    after: Duration,
+    /// What it means, and which setting sets the bound.
+    how: &'static str,
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: no answer within {} ({})",
+            self.what,
+            crate::output::duration(self.after),
+            self.how
+        )
+    }
+}
+
+impl std::error::Error for NoAnswer {}
+
+/// Awaits `fut`, at most `bound`; then fails with [`NoAnswer`] saying what was awaited.
+pub async fn within<T, E: Into<BoxError>>(
+    bound: Duration,
+    what: impl FnOnce() -> String,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, BoxError> {
+    match tokio::time::timeout(bound, fut).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(_) => Err(Box::new(NoAnswer {
+            what: what(),
+            after: bound,
+            how: "the outcome of the call is unknown; --request-timeout or \
+                  PGLEASE_REQUEST_TIMEOUT sets this bound",
+        })),
+    }
+}
+
+/// How many hosts (names and addresses) `config` may try, at least 1.
+fn hosts(config: &Config) -> u32 {
+    let n = config.get_hosts().len().max(config.get_hostaddrs().len());
+    u32::try_from(n.max(1)).unwrap_or(u32::MAX)
 }
 
 /// A configuration problem found before any I/O.
@@ -177,17 +432,6 @@ fn apply_pg_env(
     }
     if config.get_application_name().is_none() {
         config.application_name(env("PGAPPNAME").unwrap_or_else(|| "pglease".into()));
-    }
-    if config.get_connect_timeout().is_none()
-        && let Some(secs) = env("PGCONNECT_TIMEOUT")
-    {
-        let secs: u64 = secs
-            .trim()
-            .parse()
-            .map_err(|_| format!("PGCONNECT_TIMEOUT: invalid number of seconds {secs:?}"))?;
-        if secs > 0 {
-            config.connect_timeout(Duration::from_secs(secs.max(2)));
-        }
     }
     if !url.contains("sslmode")
         && let Some(mode) = env("PGSSLMODE")
@@ -310,9 +554,28 @@ fn describe_config(config: &Config) -> String {
     )
 }
 
-/// Connects with `config` (no TLS) and drives the connection on a spawned task.
-pub async fn connect_config(config: &Config) -> Result<tokio_postgres::Client, BoxError> {
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+/// Connects with `config` (no TLS) and drives the connection on a spawned task. Establishing it
+/// (socket, startup, authentication: everything libpq's `connect_timeout` covers) may take at most
+/// `limits.connect` per host; tokio-postgres alone bounds only the socket connect.
+pub async fn connect_config(
+    config: &Config,
+    limits: Limits,
+) -> Result<tokio_postgres::Client, BoxError> {
+    let connecting = config.connect(tokio_postgres::NoTls);
+    let (client, connection) = match limits.connect {
+        None => connecting.await?,
+        Some(per_host) => {
+            let bound = per_host * hosts(config);
+            tokio::time::timeout(bound, connecting)
+                .await
+                .map_err(|_| NoAnswer {
+                    what: "establishing the connection".into(),
+                    after: bound,
+                    how: "the server accepted but did not answer; connect_timeout in the URL or \
+                          PGCONNECT_TIMEOUT sets this bound per host",
+                })??
+        }
+    };
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -331,14 +594,15 @@ mod tests {
             .collect();
         let args = ConnArgs {
             database_url: url.map(str::to_owned),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         };
         Target::resolve_with(&args, 15, &|name| vars.get(name).cloned())
     }
 
     fn remote(target: Target) -> Config {
-        match target {
-            Target::Remote { config, .. } => *config,
-            Target::Local { .. } => panic!("expected a remote target, got the local server"),
+        match target.place {
+            Place::Remote { config, .. } => *config,
+            Place::Local { .. } => panic!("expected a remote target, got the local server"),
         }
     }
 
@@ -382,7 +646,10 @@ mod tests {
     fn a_password_alone_does_not_select_a_server() {
         assert!(matches!(
             resolve(None, &[("PGPASSWORD", "x")]),
-            Ok(Target::Local { .. }) | Err(ConfigError::Other(_))
+            Ok(Target {
+                place: Place::Local { .. },
+                ..
+            }) | Err(ConfigError::Other(_))
         ));
     }
 
@@ -422,6 +689,60 @@ mod tests {
         ] {
             assert!(!mentions_port(url), "{url}");
         }
+    }
+
+    #[test]
+    fn the_connect_timeout_follows_libpq() {
+        let limits = |url: Option<&str>, vars: &[(&str, &str)]| {
+            resolve(url, vars)
+                .map(|t| t.limits.connect)
+                .map_err(|e| match e {
+                    ConfigError::Usage(m) | ConfigError::Other(m) => m,
+                })
+        };
+        let url = Some("postgresql://h/db");
+        assert_eq!(limits(url, &[]), Ok(Some(DEFAULT_CONNECT_TIMEOUT)));
+        let secs = |s| Ok(Some(Duration::from_secs(s)));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "5")]), secs(5));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "1")]), secs(2));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "0")]), Ok(None));
+        assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "-3")]), Ok(None));
+        assert!(limits(url, &[("PGCONNECT_TIMEOUT", "soon")]).is_err());
+        // The URL's own setting wins, in either syntax.
+        let env = [("PGCONNECT_TIMEOUT", "5")];
+        assert_eq!(
+            limits(Some("postgresql://h/db?connect_timeout=7"), &env),
+            secs(7)
+        );
+        assert_eq!(
+            limits(Some("postgresql://h/db?connect_timeout=0"), &env),
+            Ok(None)
+        );
+        assert_eq!(
+            limits(Some("host=h connect_timeout = '8' dbname=x"), &env),
+            secs(8)
+        );
+        assert_eq!(limits(Some("host=h dbname=x"), &env), secs(5));
+        let config = remote(resolve(Some("postgresql://h/db"), &env).unwrap());
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn conninfo_values_are_read_like_libpq() {
+        assert_eq!(
+            raw_param("host='/a b' connect_timeout=3", "host"),
+            Some("/a b".into())
+        );
+        assert_eq!(
+            raw_param("password='it\\'s' x=1", "password"),
+            Some("it's".into())
+        );
+        assert_eq!(raw_param("host=h", "port"), None);
+        assert_eq!(
+            raw_param("postgresql://h/db?a=1&port=5", "port"),
+            Some("5".into())
+        );
+        assert_eq!(raw_param("postgresql://h/db", "port"), None);
     }
 
     #[test]

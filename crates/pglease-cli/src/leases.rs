@@ -58,16 +58,23 @@ impl StateJson {
 }
 
 /// `pglease acquire`.
+///
+/// A terminating signal ends it at any point: before the acquire is sent, nothing is held; during a
+/// blocking acquire, the statement is cancelled and a grant that slipped in is released.
 pub async fn acquire(
     args: AcquireArgs,
     owner: String,
     target: &Target,
+    signals: &mut Signals,
 ) -> Result<ExitCode, BoxError> {
     let key = args.key.key;
     let (ttl, wait) = (args.ttl.ttl, args.wait.wait);
-    let mut signals = Signals::catch()?;
-    let client = target.connect().await?;
-    let outcome = waiting::acquire(target, &client, &key, &owner, ttl, wait, &mut signals).await?;
+    let connecting = target.connect();
+    let client = tokio::select! {
+        client = connecting => client?,
+        sig = signals.recv_terminating() => return Ok(exit::signal_exit(sig)),
+    };
+    let outcome = waiting::acquire(target, &client, &key, &owner, ttl, wait, signals).await?;
 
     #[derive(Serialize)]
     struct Json {
@@ -97,7 +104,12 @@ pub async fn acquire(
                 json.expires_at = Some(output::timestamp(grant.expires_at));
                 output::json(&json)?;
             } else {
-                let now = waiting::server_now(&client).await?;
+                // Still interruptible; the grant then stands until its expiry, as any grant of
+                // `acquire` does (it has no keepalive).
+                let now = tokio::select! {
+                    now = target.answer(waiting::server_now(&client)) => now?,
+                    sig = signals.recv_terminating() => return Ok(exit::signal_exit(sig)),
+                };
                 output::out(&output::fields(&[
                     ("acquired", key),
                     ("owner", owner),
@@ -130,7 +142,9 @@ pub async fn acquire(
 pub async fn renew(args: RenewArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let (key, owner, epoch) = (args.key.key, args.owner.owner, args.epoch.epoch);
     let client = target.connect().await?;
-    let renewal = pglease::renew(&client, &key, &owner, epoch, args.ttl.ttl).await?;
+    let renewal = target
+        .answer(pglease::renew(&client, &key, &owner, epoch, args.ttl.ttl))
+        .await?;
 
     #[derive(Serialize)]
     struct Json<'a> {
@@ -151,7 +165,7 @@ pub async fn renew(args: RenewArgs, target: &Target) -> Result<ExitCode, BoxErro
             expires_at: renewal.expires_at.map(output::timestamp),
         })?;
     } else if let Some(expires_at) = renewal.expires_at {
-        let now = waiting::server_now(&client).await?;
+        let now = target.answer(waiting::server_now(&client)).await?;
         output::out(&output::fields(&[
             ("renewed", key),
             ("epoch", epoch.to_string()),
@@ -170,7 +184,9 @@ pub async fn renew(args: RenewArgs, target: &Target) -> Result<ExitCode, BoxErro
 pub async fn release(args: ReleaseArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let (key, owner, epoch) = (args.key.key, args.owner.owner, args.epoch.epoch);
     let client = target.connect().await?;
-    let status = pglease::release(&client, &key, &owner, epoch).await?;
+    let status = target
+        .answer(pglease::release(&client, &key, &owner, epoch))
+        .await?;
 
     #[derive(Serialize)]
     struct Json<'a> {
@@ -201,9 +217,9 @@ pub async fn release(args: ReleaseArgs, target: &Target) -> Result<ExitCode, Box
 
 /// `pglease inspect`.
 pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, BoxError> {
-    let key = args.key.key;
+    let key = args.key().to_owned();
     let client = target.connect().await?;
-    let holder = waiting::holder(&client, &key).await?;
+    let holder = target.answer(waiting::holder(&client, &key)).await?;
     if args.output.json {
         output::json(&StateJson::new(&key, holder.as_ref()))?;
         return Ok(ExitCode::SUCCESS);
@@ -245,8 +261,10 @@ pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, Box
 /// `pglease list`.
 pub async fn list(args: ListArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let client = target.connect().await?;
-    let leases = pglease::list(&client, args.prefix.as_deref()).await?;
-    let now = waiting::server_now(&client).await?;
+    let leases = target
+        .answer(pglease::list(&client, args.prefix.as_deref()))
+        .await?;
+    let now = target.answer(waiting::server_now(&client)).await?;
     let holders: Vec<(String, Holder)> = leases
         .into_iter()
         .map(|l| {
@@ -301,7 +319,9 @@ pub async fn list(args: ListArgs, target: &Target) -> Result<ExitCode, BoxError>
 /// `pglease purge`.
 pub async fn purge(args: PurgeArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let client = target.connect().await?;
-    let purged = pglease::purge(&client, args.older_than).await?;
+    let purged = target
+        .answer(pglease::purge(&client, args.older_than))
+        .await?;
     print_purged(args.output, purged, args.older_than)?;
     Ok(ExitCode::SUCCESS)
 }

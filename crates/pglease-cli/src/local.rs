@@ -7,6 +7,10 @@
 //! `data/`, the socket in `run/`, `server.log`, `bindir`, `lock`); this file chooses the directory,
 //! says how to connect, and installs pg_lease.
 //!
+//! Only the user who started it can connect (pgcluster's "Who may connect"): no TCP listener, a
+//! socket directory of mode 0700, and SCRAM authentication with a generated password kept in the
+//! directory's `password` file (0600). `pglease local url` prints a URL with that password.
+//!
 //! The directory is `$PGLEASE_LOCAL_DIR`, else `$XDG_DATA_HOME/pglease/local`, else
 //! `~/.local/share/pglease/local`; as root `/var/lib/pglease/local`. As root, the server runs as
 //! `$PGCLUSTER_USER` (default `nobody`), which must be able to reach the directory (checked by
@@ -25,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use pgcluster::{PersistentCluster, Started};
 
+use crate::connect::{self, Limits};
 use crate::embedded;
 use crate::exit::{self, BoxError};
 
@@ -33,7 +38,9 @@ use crate::exit::{self, BoxError};
 pub const PORT: u16 = 5432;
 /// The database commands use, where pg_lease is installed.
 pub const DATABASE: &str = "postgres";
-/// The superuser created by `initdb` (trust authentication over the private socket).
+/// The superuser created by `initdb`; it authenticates with the password pgcluster generated
+/// (`password` in the local directory, mode 0600), over a socket only the server's account (and
+/// root) may reach.
 pub const USER: &str = "postgres";
 
 /// The local server's directory, and everything derived from it.
@@ -91,7 +98,8 @@ impl LocalServer {
         self.cluster.log_path()
     }
 
-    /// A connection URL for libpq and pglease: the socket directory percent-encoded as the host.
+    /// A connection URL for libpq and pglease, without the password (for showing): the socket
+    /// directory percent-encoded as the host.
     pub fn url(&self) -> String {
         format!(
             "postgresql://{USER}@{}:{PORT}/{DATABASE}",
@@ -99,7 +107,22 @@ impl LocalServer {
         )
     }
 
-    /// The tokio-postgres configuration for the local server.
+    /// [`url`](Self::url) with the password, for connecting (`None` before the server is created).
+    pub fn url_with_password(&self) -> Option<String> {
+        let password = self.cluster.password()?;
+        Some(format!(
+            "postgresql://{USER}:{}@{}:{PORT}/{DATABASE}",
+            percent_encode(password.as_bytes()),
+            percent_encode(self.cluster.socket_dir().as_os_str().as_bytes())
+        ))
+    }
+
+    /// The file holding the password.
+    pub fn password_path(&self) -> PathBuf {
+        self.cluster.password_path()
+    }
+
+    /// The tokio-postgres configuration for the local server (with the password once created).
     pub fn pg_config(&self) -> tokio_postgres::Config {
         let mut config = tokio_postgres::Config::new();
         config
@@ -108,6 +131,9 @@ impl LocalServer {
             .user(USER)
             .dbname(DATABASE)
             .application_name("pglease");
+        if let Some(password) = self.cluster.password() {
+            config.password(password);
+        }
         config
     }
 
@@ -130,8 +156,9 @@ impl LocalServer {
     /// sure pg_lease is installed; returns once it accepts connections.
     ///
     /// Safe to call from several processes at once: they serialise on the directory's lock file, and
-    /// all but the first find the server running.
-    pub async fn ensure_started(&self, major: u32) -> Result<Started, BoxError> {
+    /// all but the first find the server running. Connecting and each statement of the
+    /// installation are bounded by `limits` (a hung server fails this instead of hanging it).
+    pub async fn ensure_started(&self, major: u32, limits: Limits) -> Result<Started, BoxError> {
         let cluster = self.cluster.clone();
         let (started, _lock) = tokio::task::spawn_blocking(move || {
             let lock = cluster.lock()?;
@@ -147,7 +174,7 @@ impl LocalServer {
             exit::context(format!("local server in {}{hint}", self.dir().display()), e)
         })?;
         // Still under the lock: concurrent first starts install once (the installers also lock).
-        self.ensure_installed()
+        self.ensure_installed(limits)
             .await
             .map_err(|e| exit::context("installing pg_lease in the local server", e))?;
         Ok(started)
@@ -160,12 +187,11 @@ impl LocalServer {
     }
 
     /// Installs pg_lease in [`DATABASE`] unless it is there at this binary's version.
-    async fn ensure_installed(&self) -> Result<(), BoxError> {
-        let (mut client, connection) = self.pg_config().connect(tokio_postgres::NoTls).await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        if let Some(found) = pglease::installed(&client).await?
+    async fn ensure_installed(&self, limits: Limits) -> Result<(), BoxError> {
+        let mut client = connect::connect_config(&self.pg_config(), limits).await?;
+        let what = || format!("waiting for the local server in {}", self.dir().display());
+        if let Some(found) =
+            connect::within(limits.request, what, pglease::installed(&client)).await?
             && found.version == pglease::VERSION
         {
             return Ok(());
@@ -177,10 +203,14 @@ impl LocalServer {
                 let _ = files.install_into(&installation);
             }
         }
-        match pglease::create_extension(&mut client).await {
+        let created = connect::within(limits.request, what, async {
+            Ok::<_, BoxError>(pglease::create_extension(&mut client).await)
+        })
+        .await?;
+        match created {
             Ok(_) => Ok(()),
             Err(e) if e.is_install() => {
-                pglease::install(&mut client).await?;
+                connect::within(limits.request, what, pglease::install(&mut client)).await?;
                 Ok(())
             }
             Err(e) => Err(e.into()),

@@ -50,10 +50,14 @@ fn main() -> ExitCode {
     exit::finish(run(config))
 }
 
-/// Runs `config` on a multi-threaded tokio runtime.
+/// Runs `config` on a multi-threaded tokio runtime. The runtime is shut down without waiting for
+/// blocking tasks: a command ended by a signal or a time bound while a blocking task waits (for the
+/// local server's lock, or `pg_ctl`) exits at once instead of waiting for it.
 fn run(config: Config) -> Result<ExitCode, BoxError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(config.run())
+    let result = runtime.block_on(config.run());
+    runtime.shutdown_background();
+    result
 }

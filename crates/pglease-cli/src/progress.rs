@@ -1,6 +1,7 @@
 //! The live progress line on stderr during long waits: drawn only when stderr is a terminal,
-//! redrawn in place (`\r` + erase line), cut to the terminal's width, and erased when done so the
-//! terminal shows no trace of it.
+//! redrawn in place (`\r` + erase line), never wider than the terminal (its width is read at every
+//! redraw, so a resized terminal is followed), and erased when done so the terminal shows no trace
+//! of it.
 
 use std::io::{self, IsTerminal, Write};
 
@@ -25,12 +26,19 @@ impl ProgressLine {
         self.enabled
     }
 
-    /// Replaces the line's text.
+    /// The columns a line may take: the terminal's width (80 if unknown) less one, so the cursor
+    /// never wraps.
+    pub fn width(&self) -> usize {
+        terminal_width().unwrap_or(80).saturating_sub(1).max(10)
+    }
+
+    /// Replaces the line's text (cut with `…` if it is wider than [`width`](Self::width); callers
+    /// fit their text first, see `waiting::progress_text`).
     pub fn set(&mut self, text: &str) {
         if !self.enabled {
             return;
         }
-        let width = terminal_width().unwrap_or(80).saturating_sub(1).max(10);
+        let width = self.width();
         let text: String = if text.chars().count() > width {
             let mut cut: String = text.chars().take(width - 1).collect();
             cut.push('\u{2026}');

@@ -61,12 +61,10 @@ pub async fn run(args: RunArgs, owner: String, target: &Target) -> Result<ExitCo
     let key = args.key.key;
     let (ttl, wait) = (args.ttl.ttl, args.wait.wait);
     let mut signals = Signals::catch()?;
-    let client = pglease::Client::builder()
+    let builder = pglease::Client::builder()
         .owner(owner.clone())
-        .max_connections(2)
-        .connect_with(target.config().await?, tokio_postgres::NoTls)
-        .await
-        .map_err(|e| exit::context(format!("connecting to {}", target.describe()), e))?;
+        .max_connections(2);
+    let client = target.client(builder).await?;
     let outcome = acquire(&client, target, &key, ttl, wait, &mut signals).await?;
     let code = match outcome {
         Outcome::Granted(lease) => {

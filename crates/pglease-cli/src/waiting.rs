@@ -22,6 +22,9 @@ use crate::signals::Signals;
 
 /// How often the progress line is refreshed from the server.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// How long cancelling an interrupted blocking acquire (and releasing a grant that slipped in) may
+/// take before pglease exits anyway.
+const CLEANUP_WITHIN: Duration = Duration::from_secs(5);
 
 /// The outcome of an acquisition: [`acquire`]'s, or `run`'s (with a kept-alive lease as `G`).
 #[derive(Debug)]
@@ -99,7 +102,13 @@ pub async fn while_waiting<T>(
     signals: &mut Signals,
     fut: impl Future<Output = T>,
 ) -> Waited<T> {
-    let progress = show_progress(target, key, wait);
+    let progress = async {
+        if wait.is_zero() {
+            std::future::pending().await
+        } else {
+            show_progress(target, key, wait).await
+        }
+    };
     tokio::pin!(progress);
     tokio::pin!(fut);
     loop {
@@ -122,35 +131,49 @@ pub async fn acquire(
     wait: Duration,
     signals: &mut Signals,
 ) -> Result<Outcome, BoxError> {
-    if wait.is_zero() {
-        return match pglease::acquire(client, key, owner, ttl, Duration::ZERO).await? {
-            Some(grant) => Ok(Outcome::Granted(grant)),
-            None => Ok(Outcome::Held(holder(client, key).await?)),
-        };
-    }
-    // Best effort: PostgreSQL 14+ then ends the statement soon after this client vanishes.
-    let _ = client
-        .batch_execute("SET client_connection_check_interval = '1s'")
-        .await;
-    let acquiring = pglease::acquire(client, key, owner, ttl, wait);
+    // One bound and one select for everything sent, so that a signal ends any step.
+    let acquiring = target.answer_after(wait, async {
+        // Best effort: PostgreSQL 14+ then ends the statement soon after this client vanishes.
+        if !wait.is_zero() {
+            let _ = client
+                .batch_execute("SET client_connection_check_interval = '1s'")
+                .await;
+        }
+        match pglease::acquire(client, key, owner, ttl, wait).await {
+            Ok(grant) => Ok(grant),
+            Err(e) if e.is_wait_timeout() => Ok(None),
+            Err(e) => Err(e),
+        }
+    });
     match while_waiting(target, key, wait, signals, acquiring).await {
         Waited::Done(Ok(Some(grant))) => Ok(Outcome::Granted(grant)),
-        Waited::Done(Ok(None)) => Ok(Outcome::Held(holder(client, key).await?)),
-        Waited::Done(Err(e)) if e.is_wait_timeout() => {
-            Ok(Outcome::Held(holder(client, key).await?))
+        Waited::Done(Ok(None)) => {
+            let state = target.answer(holder(client, key));
+            tokio::select! {
+                state = state => Ok(Outcome::Held(state?)),
+                sig = signals.recv_terminating() => Ok(Outcome::Interrupted(sig)),
+            }
         }
-        Waited::Done(Err(e)) => Err(e.into()),
+        Waited::Done(Err(e)) => Err(e),
         Waited::Interrupted(sig) => {
             // The statement still runs on the server: cancel it, and give back a grant that won
             // the race with the cancel (the next statement runs after the acquire has ended).
-            let _ = client
-                .cancel_token()
-                .cancel_query(tokio_postgres::NoTls)
-                .await;
-            if let Ok(Some(h)) = holder(client, key).await
-                && h.state.owner.as_deref() == Some(owner)
-            {
-                let _ = pglease::release(client, key, owner, h.state.epoch).await;
+            // Bounded as a whole, and a second signal ends it: a hung server must not keep pglease
+            // from exiting (the server then ends the statement on its own, see the module docs).
+            let cleanup = async {
+                let _ = client
+                    .cancel_token()
+                    .cancel_query(tokio_postgres::NoTls)
+                    .await;
+                if let Ok(Some(h)) = holder(client, key).await
+                    && h.state.owner.as_deref() == Some(owner)
+                {
+                    let _ = pglease::release(client, key, owner, h.state.epoch).await;
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::timeout(CLEANUP_WITHIN, cleanup) => {}
+                _ = signals.recv_terminating() => {}
             }
             Ok(Outcome::Interrupted(sig))
         }
@@ -169,17 +192,188 @@ async fn show_progress(target: &Target, key: &str, wait: Duration) {
         return std::future::pending().await;
     };
     loop {
-        let waited = format!(
-            "waited {} of {}",
-            output::duration(started.elapsed()),
-            output::duration(wait)
-        );
-        let text = match holder(&observer, key).await {
-            Ok(Some(h)) if h.state.held => format!("waiting for {key}: {}; {waited}", h.describe()),
-            Ok(_) => format!("waiting for {key}: free, acquiring; {waited}"),
-            Err(_) => format!("waiting for {key}; {waited}"),
+        let state = match target.answer(holder(&observer, key)).await {
+            Ok(Some(h)) if h.state.held => match (&h.state.owner, h.left()) {
+                (Some(owner), Some(left)) => Seen::Held {
+                    owner: owner.clone(),
+                    epoch: h.state.epoch,
+                    left,
+                },
+                _ => Seen::Unknown,
+            },
+            Ok(_) => Seen::Free,
+            Err(_) => Seen::Unknown,
         };
-        line.set(&text);
+        line.set(&progress_text(
+            key,
+            &state,
+            started.elapsed(),
+            wait,
+            line.width(),
+        ));
         tokio::time::sleep(PROGRESS_EVERY).await;
+    }
+}
+
+/// What the progress line last saw of the key.
+#[derive(Debug)]
+enum Seen {
+    Held {
+        owner: String,
+        epoch: i64,
+        left: Duration,
+    },
+    Free,
+    Unknown,
+}
+
+/// The progress line, fitted into `width` columns without losing its useful parts: first
+/// `unless renewed` goes, then the key and the owner are shortened in the middle, so the holder's
+/// epoch, when its lease lapses and how long we have waited stay visible.
+fn progress_text(key: &str, seen: &Seen, waited: Duration, wait: Duration, width: usize) -> String {
+    let waited = if wait >= pglease::limits::MAX_INTERVAL {
+        format!("waited {} (forever)", output::duration(waited))
+    } else {
+        format!(
+            "waited {} of {}",
+            output::duration(waited),
+            output::duration(wait)
+        )
+    };
+    // Tiers: complete; without "unless renewed"; then also without "waiting for".
+    let render = |key: &str, owner: &str, tier: u8| {
+        let prefix = if tier < 2 { "waiting for " } else { "" };
+        match seen {
+            Seen::Held { epoch, left, .. } => format!(
+                "{prefix}{key}: held by {owner} (epoch {epoch}), lapses in {}{}; {waited}",
+                output::duration(*left),
+                if tier == 0 { " unless renewed" } else { "" }
+            ),
+            Seen::Free => format!("{prefix}{key}: free, acquiring; {waited}"),
+            Seen::Unknown => format!("{prefix}{key}; {waited}"),
+        }
+    };
+    let owner = match seen {
+        Seen::Held { owner, .. } => owner.as_str(),
+        _ => "",
+    };
+    let columns = |s: &str| s.chars().count();
+    for tier in 0..2 {
+        let text = render(key, owner, tier);
+        if columns(&text) <= width {
+            return text;
+        }
+    }
+    // Share what is left for the key and the owner between them (at least 5 columns each),
+    // dropping "waiting for" too where even that does not fit.
+    let tier = if columns(&render("", "", 1)) + 10 <= width {
+        1
+    } else {
+        2
+    };
+    let short = render(key, owner, tier);
+    let fixed = columns(&short) - columns(key) - columns(owner);
+    let room = width.saturating_sub(fixed);
+    let (key_room, owner_room) = if owner.is_empty() {
+        (room, 0)
+    } else {
+        let half = room / 2;
+        let key_room = half.max(room.saturating_sub(columns(owner)));
+        (key_room, room.saturating_sub(key_room))
+    };
+    render(
+        &elide(key, key_room.max(5)),
+        &elide(owner, owner_room.max(5)),
+        tier,
+    )
+}
+
+/// `s` shortened to `room` columns by an ellipsis in the middle (unchanged if it fits).
+fn elide(s: &str, room: usize) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= room {
+        return s.to_owned();
+    }
+    let keep = room.saturating_sub(1);
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('\u{2026}');
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(owner: &str) -> Seen {
+        Seen::Held {
+            owner: owner.into(),
+            epoch: 7,
+            left: Duration::from_millis(12_300),
+        }
+    }
+
+    #[test]
+    fn a_line_that_fits_is_complete() {
+        let text = progress_text(
+            "k",
+            &held("w"),
+            Duration::from_secs(3),
+            Duration::from_secs(60),
+            200,
+        );
+        assert_eq!(
+            text,
+            "waiting for k: held by w (epoch 7), lapses in 12.3s unless renewed; waited 3.0s of 1m00s"
+        );
+    }
+
+    #[test]
+    fn a_long_key_and_owner_are_shortened_not_the_end_of_the_line() {
+        let key = "nightly-report-for-the-accounting-department-of-the-eu-region";
+        let owner = "build-host-with-a-very-long-name.example.internal-123456";
+        for width in [70, 80, 100] {
+            let text = progress_text(
+                key,
+                &held(owner),
+                Duration::from_secs(3),
+                Duration::from_secs(60),
+                width,
+            );
+            assert!(text.chars().count() <= width, "{width}: {text}");
+            assert!(text.ends_with("waited 3.0s of 1m00s"), "{width}: {text}");
+            assert!(
+                text.contains("(epoch 7), lapses in 12.3s"),
+                "{width}: {text}"
+            );
+            assert!(text.contains("ni"), "{width}: {text}");
+            assert!(text.contains('\u{2026}'), "{width}: {text}");
+            if width >= 100 {
+                assert!(text.starts_with("waiting for nigh"), "{width}: {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn waiting_forever_says_so() {
+        let text = progress_text(
+            "k",
+            &Seen::Free,
+            Duration::from_secs(3),
+            pglease::limits::MAX_INTERVAL,
+            80,
+        );
+        assert_eq!(
+            text,
+            "waiting for k: free, acquiring; waited 3.0s (forever)"
+        );
+    }
+
+    #[test]
+    fn elision_keeps_both_ends() {
+        assert_eq!(elide("abcdefghij", 5), "ab\u{2026}ij");
+        assert_eq!(elide("abc", 5), "abc");
     }
 }

@@ -214,3 +214,121 @@ async fn a_detached_server_outlives_the_process_that_started_it() {
     assert!(dir.cluster.stop().unwrap());
     wait_until("the postmaster to exit", || pid_gone(pid as i32));
 }
+
+/// The PostgreSQL major version of the tests below: `PGLEASE_PG_VERSION`, else 15.
+fn major() -> u32 {
+    std::env::var("PGLEASE_PG_VERSION")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(15)
+}
+
+/// Connects to `server`'s socket as `postgres` with `password` (none: no password).
+async fn connect_with(
+    server: &pgcluster::DetachedServer,
+    password: Option<&str>,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host_path(server.socket_dir())
+        .port(server.port())
+        .user("postgres")
+        .dbname("postgres");
+    if let Some(password) = password {
+        config.password(password);
+    }
+    let (client, conn) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn only_the_creator_can_connect_with_the_generated_password() {
+    let dir = Dir::new();
+    let started = dir.cluster.start(major()).unwrap();
+    let password = dir.cluster.password().expect("a password once created");
+    assert_eq!(mode(&dir.cluster.password_path()), 0o600);
+    assert_eq!(mode(&dir.cluster.socket_dir()), 0o700);
+    if unsafe { libc::geteuid() } == 0 {
+        // The server's account owns the socket directory; the creator (root) keeps the password.
+        let server_uid = std::fs::metadata(dir.cluster.data_dir()).unwrap().uid();
+        assert_eq!(
+            std::fs::metadata(dir.cluster.socket_dir()).unwrap().uid(),
+            server_uid
+        );
+        assert_eq!(
+            std::fs::metadata(dir.cluster.password_path())
+                .unwrap()
+                .uid(),
+            0
+        );
+    }
+    let server = &started.server;
+    assert_eq!(server.password(), Some(password.as_str()));
+    let client = server.connect("postgres").await.unwrap();
+    let listen: String = client
+        .query_one("SHOW listen_addresses", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(listen, "", "no TCP listener");
+    let err = connect_with(server, None).await.expect_err("refused");
+    // The server asked for a password (tokio-postgres: "invalid configuration: password missing").
+    assert!(format!("{err:?}").contains("password"), "{err:?}");
+    let err = connect_with(server, Some("guess"))
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD),
+        "{err}"
+    );
+}
+
+/// Makes `dir` look like one created by an older version: trust authentication, no password.
+fn make_trusting(dir: &Dir) {
+    std::fs::remove_file(dir.cluster.password_path()).unwrap();
+    std::fs::write(
+        dir.cluster.data_dir().join("pg_hba.conf"),
+        "local all all trust\n",
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_trusting_directory_of_an_older_version_is_converted_on_start() {
+    let dir = Dir::new();
+    dir.cluster.start(major()).unwrap();
+    assert!(dir.cluster.stop().unwrap());
+
+    // Stopped: converted before it starts.
+    make_trusting(&dir);
+    let started = dir.cluster.start(major()).unwrap();
+    assert!(started.started);
+    let password = dir.cluster.password().expect("a new password");
+    assert!(connect_with(&started.server, None).await.is_err());
+    connect_with(&started.server, Some(&password))
+        .await
+        .unwrap();
+
+    // Running with trust: restarted converted.
+    make_trusting(&dir);
+    let client = started.server.connect("postgres").await;
+    drop(client);
+    let admin = connect_with(&started.server, Some(&password))
+        .await
+        .unwrap();
+    admin.simple_query("SELECT pg_reload_conf()").await.unwrap();
+    drop(admin);
+    let old_pid = started.server.pid();
+    let again = dir.cluster.start(major()).unwrap();
+    assert!(again.started, "{again:?}");
+    assert_ne!(again.server.pid(), old_pid);
+    let password = dir.cluster.password().expect("a new password");
+    assert!(connect_with(&again.server, None).await.is_err());
+    connect_with(&again.server, Some(&password)).await.unwrap();
+}

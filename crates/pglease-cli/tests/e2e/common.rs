@@ -15,6 +15,14 @@ use pgcluster::{Cluster, ClusterBuilder};
 /// The pglease binary under test.
 pub const PGLEASE: &str = env!("CARGO_BIN_EXE_pglease");
 
+/// The binary the cases run: [`PGLEASE`], or `$PGLEASE_E2E_BINARY` (to check that a test fails
+/// against an older build).
+pub fn binary() -> PathBuf {
+    std::env::var_os("PGLEASE_E2E_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(PGLEASE))
+}
+
 /// The repository's `extensions/pg_lease/` directory (control file and `sql/`).
 pub fn extension_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../extensions/pg_lease")
@@ -106,7 +114,7 @@ impl Case {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut command = Command::new(PGLEASE);
+        let mut command = Command::new(binary());
         command.args(args).current_dir(self.path());
         for (key, _) in std::env::vars_os() {
             let k = key.to_string_lossy();
@@ -126,6 +134,16 @@ pub struct Cmd {
 }
 
 impl Cmd {
+    /// Appends arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut Cmd
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.command.args(args);
+        self
+    }
+
     /// Sets an environment variable.
     pub fn env(&mut self, key: &str, value: impl AsRef<OsStr>) -> &mut Cmd {
         self.command.env(key, value);
@@ -361,4 +379,77 @@ pub fn expect_eq<T: PartialEq + std::fmt::Debug>(what: &str, expected: T, got: T
     if expected != got {
         panic!("\n{what}\n  expected: {expected:?}\n  got:      {got:?}\n");
     }
+}
+
+/// A server that accepts connections (TCP on 127.0.0.1, and a unix socket `.s.PGSQL.<port>` in
+/// its own directory) and reads what clients send, but never writes a byte: a hung PostgreSQL as a
+/// client sees it. Counts the connections it accepted, so a test can wait until a client is in.
+pub struct SilentServer {
+    pub port: u16,
+    socket_dir: tempfile::TempDir,
+    accepted: std::sync::Arc<AtomicU32>,
+}
+
+impl SilentServer {
+    pub fn start() -> SilentServer {
+        use std::io::Read;
+        use std::sync::Arc;
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = tcp.local_addr().unwrap().port();
+        let socket_dir = tempfile::Builder::new()
+            .prefix("pglease-e2e-silent-")
+            .tempdir()
+            .unwrap();
+        let unix = std::os::unix::net::UnixListener::bind(
+            socket_dir.path().join(format!(".s.PGSQL.{port}")),
+        )
+        .expect("bind a unix socket");
+        let accepted = Arc::new(AtomicU32::new(0));
+        fn swallow(mut stream: impl Read + Send + 'static) {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in tcp.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                swallow(stream);
+            }
+        });
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in unix.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                swallow(stream);
+            }
+        });
+        SilentServer {
+            port,
+            socket_dir,
+            accepted,
+        }
+    }
+
+    /// A TCP URL to it.
+    pub fn url(&self) -> String {
+        format!("postgresql://app@127.0.0.1:{}/app", self.port)
+    }
+
+    /// Its unix socket directory.
+    pub fn socket_dir(&self) -> &Path {
+        self.socket_dir.path()
+    }
+
+    /// How many connections it has accepted so far.
+    pub fn accepted(&self) -> u32 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// Sends `sig` to `pid`.
+pub fn send_signal(pid: i32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
 }

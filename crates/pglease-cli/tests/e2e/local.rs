@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Case, eventually, expect_eq};
+use crate::common::{Case, eventually, expect_eq, send_signal};
 
 /// Stops the case's local server however the test ends.
 struct StopOnDrop<'a>(&'a Case);
@@ -87,14 +87,22 @@ fn the_local_server_starts_on_demand_is_reused_and_stops() {
         &state["owner"],
     );
 
-    // `local url` is a URL that pglease (and libpq) can use.
+    // `local url` is a URL that pglease (and libpq) can use: status's, with the password.
     let url = case
         .bare(["local", "url"])
         .expect_code(0)
         .stdout()
         .trim()
         .to_string();
-    expect_eq("local url", first["url"].as_str().unwrap(), url.as_str());
+    let password = std::fs::read_to_string(case.file("local/password")).unwrap();
+    expect_eq(
+        "local url",
+        first["url"]
+            .as_str()
+            .unwrap()
+            .replace("postgres@", &format!("postgres:{}@", password.trim())),
+        url.clone(),
+    );
     let status = case
         .bare(["status", "--json", "--database-url", &url])
         .expect_code(0)
@@ -159,4 +167,173 @@ fn concurrent_first_starts_create_one_server() {
         &Value::from(pglease::VERSION),
         &status["pg_lease"]["version"],
     );
+}
+
+/// The local server's pid and socket directory, starting it if needed.
+fn started(case: &Case) -> (i32, std::path::PathBuf) {
+    let status = case
+        .bare(["local", "start", "--json"])
+        .expect_code(0)
+        .json();
+    let pid = status["pid"].as_i64().expect("a pid") as i32;
+    (pid, case.file("local").join("run"))
+}
+
+/// Resumes a SIGSTOPped process however the test ends.
+struct ContOnDrop(i32);
+
+impl Drop for ContOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+#[test]
+fn a_stopped_local_server_bounds_and_signals_end_every_command() {
+    let case = Case::new("local_sigstop");
+    let _stop = StopOnDrop(&case);
+    let (pid, _) = started(&case);
+    send_signal(pid, libc::SIGSTOP);
+    let _cont = ContOnDrop(pid);
+
+    // Bounded: the commands give up with the connect bound.
+    let running: Vec<_> = [
+        &["local", "url"][..],
+        &["local", "start"],
+        &["inspect", "k"],
+        &["acquire", "-k", "k", "-t", "1m"],
+    ]
+    .into_iter()
+    .map(|args| case.bare(args).env("PGCONNECT_TIMEOUT", "2").spawn())
+    .collect();
+    for command in running {
+        let out = command.wait(Duration::from_secs(60));
+        out.expect_code(1);
+        assert!(
+            out.stderr().contains("no answer within 2.0s"),
+            "\nexpected the connect bound to end it\n{}\n",
+            out.report()
+        );
+    }
+
+    // Interruptible: with no bound at all, SIGTERM and SIGINT end them at once.
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        for args in [&["local", "url"][..], &["status"]] {
+            // Observable: the postmaster's listen queue holds one more connection (it never
+            // accepts: connections of earlier commands stay queued).
+            let before = listen_queue(pid);
+            let running = case.bare(args).env("PGCONNECT_TIMEOUT", "0").spawn();
+            eventually("the command to connect", Duration::from_secs(30), || {
+                (listen_queue(pid) > before).then_some(())
+            });
+            send_signal(running.pid(), sig);
+            running.wait(Duration::from_secs(20)).expect_code(128 + sig);
+        }
+    }
+}
+
+/// How many connections wait in the listen queue of the unix socket of postmaster `pid`
+/// (`ss -x`: Recv-Q of the listening socket).
+fn listen_queue(pid: i32) -> u32 {
+    let out = std::process::Command::new("ss")
+        .args(["-x", "-l", "-n", "-p"])
+        .output()
+        .expect("ss runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&format!("pid={pid},")))
+        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u32>().ok())
+        .sum()
+}
+
+/// Runs `psql` as `user` (with `runuser`) against the local server's socket, without a password
+/// prompt; returns its output.
+fn psql_as(user: &str, socket_dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new("/usr/sbin/runuser")
+        .args(["-u", user, "--", "/usr/bin/psql", "-X", "-w", "-h"])
+        .arg(socket_dir)
+        .args([
+            "-p", "5432", "-U", "postgres", "-d", "postgres", "-c", "SELECT 1",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/")
+        .output()
+        .expect("runuser runs")
+}
+
+#[test]
+fn only_the_user_who_started_the_local_server_can_connect() {
+    let case = Case::new("local_private");
+    let _stop = StopOnDrop(&case);
+    let (_, socket_dir) = started(&case);
+    let local = case.file("local");
+
+    let mode = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    };
+    expect_eq("socket directory mode", 0o700, mode(&socket_dir));
+    expect_eq("password file mode", 0o600, mode(&local.join("password")));
+    let hba = std::fs::read_to_string(local.join("data/pg_hba.conf")).unwrap();
+    assert!(
+        !hba.lines()
+            .any(|l| !l.starts_with('#') && l.split_whitespace().any(|w| w == "trust")),
+        "pg_hba.conf trusts someone:\n{hba}"
+    );
+
+    // The invoking user connects: through pglease, and with the URL `local url` prints.
+    let url = case.bare(["local", "url"]).expect_code(0).stdout();
+    let status = case
+        .bare(["status", "--json", "--database-url", url.trim()])
+        .expect_code(0)
+        .json();
+    expect_eq("local", &Value::Bool(false), &status["local"]);
+    let listen = std::process::Command::new("/usr/bin/psql")
+        .args(["-X", "-A", "-t", "-c", "SHOW listen_addresses", url.trim()])
+        .output()
+        .unwrap();
+    expect_eq(
+        "no TCP listener",
+        "",
+        String::from_utf8_lossy(&listen.stdout).trim(),
+    );
+    // Without the password, even the server's owner is refused.
+    let no_password = case.file("local").join("run");
+    let out = std::process::Command::new("/usr/bin/psql")
+        .args(["-X", "-w", "-h"])
+        .arg(&no_password)
+        .args(["-U", "postgres", "-d", "postgres", "-c", "SELECT 1"])
+        .env_remove("PGPASSWORD")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "connected without the password");
+
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: cannot try another user; the modes above are the guarantee");
+        return;
+    }
+    // As root the server runs as nobody; any other user, nobody included, is refused.
+    for user in ["daemon", "nobody"] {
+        let version = std::process::Command::new("/usr/sbin/runuser")
+            .args(["-u", user, "--", "/usr/bin/psql", "--version"])
+            .output()
+            .unwrap();
+        assert!(version.status.success(), "{user} cannot run psql at all");
+        let out = psql_as(user, &socket_dir);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{user} connected to the local server: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // Refused by the socket's permissions or by authentication, not by anything else.
+        assert!(
+            stderr.contains("Permission denied")
+                || stderr.contains("no password supplied")
+                || stderr.contains("password authentication failed"),
+            "{user}: unexpected failure: {stderr}"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! against a private PostgreSQL server (pgcluster) or the embedded local server, in its own
 //! temporary directory and database.
 
+mod bounds;
 mod common;
 mod demo;
 mod exit_codes;
@@ -9,4 +10,5 @@ mod json;
 mod local;
 mod run;
 mod terminal;
+mod usage;
 mod verbose;

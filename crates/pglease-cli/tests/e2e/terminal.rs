@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{Case, PGLEASE, eventually};
+use crate::common::{Case, binary, eventually};
 
 /// A private tmux server (its own socket in the case's directory), killed when dropped.
 struct Tmux {
@@ -62,8 +62,9 @@ fn a_progress_line_shows_while_waiting_and_is_erased_when_done() {
         .expect_code(0);
     let tmux = Tmux::new(&case);
     let script = format!(
-        "{PGLEASE} run -k tty-key -t 30s -w 60s --database-url '{}' -- echo CHILD-RAN; \
+        "{} run -k tty-key -t 30s -w 60s --database-url '{}' -- echo CHILD-RAN; \
          echo EXIT=$?; sleep 600",
+        binary().display(),
         case.url
     );
     tmux.tmux(&[
@@ -100,5 +101,45 @@ fn a_progress_line_shows_while_waiting_and_is_erased_when_done() {
     assert!(
         done.contains("CHILD-RAN") && !done.contains("waiting for"),
         "\nexpected the command's output and no trace of the progress line\nscreen:\n{done}\n"
+    );
+}
+
+#[test]
+fn a_narrow_terminal_keeps_the_expiry_and_the_wait_on_the_progress_line() {
+    let case = Case::new("terminal_narrow");
+    let key = "nightly-report-for-the-accounting-department-of-the-eu-region";
+    let owner = "build-host-with-a-very-long-name.example.internal-123456";
+    case.pglease(["acquire", "-k", key, "-o", owner, "-t", "1m"])
+        .expect_code(0);
+    let tmux = Tmux::new(&case);
+    let script = format!(
+        "{} acquire -k {key} -t 30s -w 60s --database-url '{}'; sleep 600",
+        binary().display(),
+        case.url
+    );
+    tmux.tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "80",
+        "-y",
+        "20",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let line = eventually("the progress line", Duration::from_secs(30), || {
+        tmux.screen()
+            .lines()
+            .find(|l| l.contains("held by"))
+            .map(str::to_owned)
+    });
+    assert!(
+        line.chars().count() < 80
+            && line.contains("(epoch 1), lapses in")
+            && line.trim_end().ends_with("of 1m00s"),
+        "\nexpected the line to fit 80 columns with the epoch, the expiry and the wait\nline: {line:?}\n"
     );
 }
