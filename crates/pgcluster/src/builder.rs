@@ -170,7 +170,7 @@ impl ClusterBuilder {
             tempdir,
             registry_id,
             keep,
-        );
+        )?;
         prepare_dirs(&cluster)?;
         initdb(&cluster, &self.initdb_args)?;
         cluster.start()?;
@@ -250,9 +250,10 @@ fn prepare_dirs(cluster: &Cluster) -> Result<()> {
         .create(data)
         .ctx("creating data directory", data)?;
     user::chown_to(data, user)?;
+    // Only the server's account (and root) may enter: the socket trusts whoever reaches it.
     let sock = cluster.socket_dir();
     fs::DirBuilder::new()
-        .mode(0o755)
+        .mode(0o700)
         .create(sock)
         .ctx("creating socket directory", sock)?;
     user::chown_to(sock, user)?;
@@ -265,21 +266,30 @@ fn prepare_dirs(cluster: &Cluster) -> Result<()> {
 fn initdb(cluster: &Cluster, extra: &[String]) -> Result<()> {
     let server = cluster.server_installation();
     let data = cluster.data_dir();
+    // The unix socket (in a 0700 directory) trusts; TCP wants the generated password, which
+    // initdb (as the server's account) reads from a file of its own, removed right after.
+    let pwfile = cluster.base_dir().join("pwfile");
+    crate::secret::write_private(&pwfile, &format!("{}\n", cluster.password()))?;
+    user::chown_to(&pwfile, cluster.server_user())?;
     let mut cmd = Command::new(server.bin("initdb"));
     cmd.arg("-D").arg(data).args([
         "-U",
         "postgres",
-        "--auth=trust",
+        "--auth-local=trust",
+        "--auth-host=scram-sha-256",
         "-E",
         "UTF8",
         "--locale=C",
         "--no-sync",
     ]);
+    cmd.arg(format!("--pwfile={}", pwfile.display()));
     if server.major() >= 14 {
         cmd.arg("--no-instructions");
     }
     cmd.args(extra);
-    run_initdb(cmd, cluster.server_user(), cluster.base_dir(), data)
+    let ran = run_initdb(cmd, cluster.server_user(), cluster.base_dir(), data);
+    let _ = fs::remove_file(&pwfile);
+    ran
 }
 
 fn run_initdb(mut cmd: Command, user: Option<&ServerUser>, home: &Path, data: &Path) -> Result<()> {

@@ -27,8 +27,11 @@ const PORT_ATTEMPTS: u32 = 5;
 /// A private PostgreSQL cluster in a temporary directory, created by
 /// [`ClusterBuilder::start`](crate::ClusterBuilder::start).
 ///
-/// The server listens on a unix socket in [`socket_dir`](Self::socket_dir) and on
-/// `127.0.0.1:`[`port`](Self::port); user `postgres` needs no password. Dropping the
+/// The server accepts only the user who started it. It listens on a unix socket in
+/// [`socket_dir`](Self::socket_dir), a directory only the server's account can enter (mode 0700; as
+/// root, that account is the unprivileged server user, and root itself), where every role needs no
+/// password; and on `127.0.0.1:`[`port`](Self::port), where only `postgres` may log in, with the
+/// generated [`password`](Self::password) (`scram-sha-256`). Dropping the
 /// cluster (also during a panic's unwinding) shuts the server down and deletes the
 /// directory; clusters never dropped (e.g. in `static`s) are cleaned up at process exit.
 #[derive(Debug)]
@@ -43,6 +46,8 @@ pub struct Cluster {
     socket_dir: PathBuf,
     log_path: PathBuf,
     port: u16,
+    /// The password of `postgres` over TCP, generated for this cluster.
+    password: String,
     child: Mutex<Option<Child>>,
     paused: AtomicBool,
     registry_id: u64,
@@ -58,9 +63,10 @@ impl Cluster {
         tempdir: TempDir,
         registry_id: u64,
         keep: bool,
-    ) -> Cluster {
+    ) -> Result<Cluster> {
         let base = tempdir.path().to_path_buf();
-        Cluster {
+        let password = crate::secret::random_password()?;
+        Ok(Cluster {
             installation,
             server,
             user,
@@ -71,11 +77,18 @@ impl Cluster {
             base,
             tempdir: Some(tempdir),
             port: 0,
+            password,
             child: Mutex::new(None),
             paused: AtomicBool::new(false),
             registry_id,
             keep,
-        }
+        })
+    }
+
+    /// The password of role `postgres`, needed over TCP (the unix socket needs none); generated
+    /// for this cluster.
+    pub fn password(&self) -> &str {
+        &self.password
     }
 
     /// Starts the server on the existing data directory (after [`stop`](Self::stop) or
@@ -283,10 +296,12 @@ impl Cluster {
         )
     }
 
-    /// A TCP connection URL: `postgresql://postgres@127.0.0.1:<port>/<dbname>`.
+    /// A TCP connection URL with the [`password`](Self::password):
+    /// `postgresql://postgres:<password>@127.0.0.1:<port>/<dbname>`.
     pub fn url(&self, dbname: &str) -> String {
         format!(
-            "postgresql://postgres@127.0.0.1:{}/{}",
+            "postgresql://postgres:{}@127.0.0.1:{}/{}",
+            self.password,
             self.port,
             percent_encode(dbname)
         )
@@ -306,13 +321,15 @@ impl Cluster {
         spawn_connection(config).await
     }
 
-    /// Like [`connect`](Self::connect) but over TCP to 127.0.0.1.
+    /// Like [`connect`](Self::connect) but over TCP to 127.0.0.1, with the
+    /// [`password`](Self::password).
     pub async fn connect_tcp(&self, dbname: &str) -> Result<tokio_postgres::Client> {
         let mut config = tokio_postgres::Config::new();
         config
             .host("127.0.0.1")
             .port(self.port)
             .user("postgres")
+            .password(&self.password)
             .dbname(dbname);
         spawn_connection(config).await
     }

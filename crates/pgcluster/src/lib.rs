@@ -50,6 +50,7 @@ mod persistent;
 pub mod pgbouncer;
 mod proctree;
 mod registry;
+mod secret;
 mod sweep;
 mod user;
 mod version;

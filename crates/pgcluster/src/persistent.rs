@@ -29,6 +29,7 @@ use crate::discover::ensure;
 use crate::error::{Error, IoContext, Result};
 use crate::install::{Installation, run_stdout};
 use crate::proctree;
+use crate::secret::write_private;
 use crate::user::{self, ServerUser};
 use crate::version::PgVersion;
 
@@ -355,11 +356,7 @@ impl PersistentCluster {
             return Ok(password);
         }
         let path = self.password_path();
-        let mut bytes = [0u8; 24];
-        File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-            .ctx("reading", Path::new("/dev/urandom"))?;
-        let password: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let password = crate::secret::random_password()?;
         write_private(&path, &format!("{password}\n"))?;
         Ok(password)
     }
@@ -664,18 +661,6 @@ fn wait_stopped(cluster: &PersistentCluster) {
     while pid.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-}
-
-/// Writes `text` to a new file `path` of mode 0600 (replacing an old one).
-fn write_private(path: &Path, text: &str) -> Result<()> {
-    let _ = fs::remove_file(path);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .ctx("creating", path)?;
-    std::io::Write::write_all(&mut file, text.as_bytes()).ctx("writing", path)
 }
 
 /// Fails with a clear message if `user` cannot traverse every ancestor of `dir` (we made it,

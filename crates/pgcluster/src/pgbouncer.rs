@@ -2,10 +2,10 @@
 //! clients behind a pooler.
 //!
 //! PgBouncer is not fetched: it must be installed (the Debian package `pgbouncer`, found at
-//! `/usr/sbin/pgbouncer`, `/usr/bin/pgbouncer` or on `PATH`). It listens on a free port on
-//! 127.0.0.1, reaches the cluster over TCP, trusts the users it is told about (as the cluster
-//! does), and runs from a private temporary directory (configuration, user list, log) that is
-//! removed with it. As root, it is started with `-u <user>` for the same unprivileged user as the
+//! `/usr/sbin/pgbouncer`, `/usr/bin/pgbouncer` or on `PATH`). It listens only on a unix socket in
+//! a directory that its own account alone (and root) may enter, reaches the cluster through the
+//! cluster's unix socket, trusts the users it is told about (as the cluster's socket does), and runs
+//! from a private temporary directory (configuration, user list, log) that is removed with it. As root, it is started with `-u <user>` for the same unprivileged user as the
 //! server ([`server_user`](crate::server_user)), since PgBouncer refuses to run as root.
 //!
 //! ```no_run
@@ -22,8 +22,9 @@
 //! ```
 
 use std::fs;
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
+use std::net::TcpListener;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -66,17 +67,28 @@ impl PgBouncer {
         }
     }
 
-    /// The port PgBouncer listens on at 127.0.0.1.
+    /// The port of PgBouncer's unix socket (`.s.PGSQL.<port>` in [`socket_dir`](Self::socket_dir)).
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// The directory of PgBouncer's unix socket (mode 0700: only PgBouncer's account, and root,
+    /// may enter). PgBouncer has no TCP listener.
+    pub fn socket_dir(&self) -> PathBuf {
+        socket_dir(self.dir.path())
+    }
+
+    fn socket_path(&self) -> PathBuf {
+        self.socket_dir().join(format!(".s.PGSQL.{}", self.port))
+    }
+
     /// A libpq key=value connection string through PgBouncer:
-    /// `host=127.0.0.1 port=<port> user=<user> dbname=<dbname>`. The database `pgbouncer` is
+    /// `host=<socket_dir> port=<port> user=<user> dbname=<dbname>`. The database `pgbouncer` is
     /// PgBouncer's admin console (for [admin users](PgBouncerBuilder::admin_user)).
     pub fn connection_string(&self, dbname: &str, user: &str) -> String {
         format!(
-            "host=127.0.0.1 port={} user={user} dbname={dbname}",
+            "host={} port={} user={user} dbname={dbname}",
+            self.socket_dir().display(),
             self.port
         )
     }
@@ -153,7 +165,18 @@ impl PgBouncerBuilder<'_> {
             .collect();
         write_readable(&users, &userlist)?;
         let ini = dir.path().join("pgbouncer.ini");
-        write_readable(&ini, &self.ini(port, &users))?;
+        // Clients reach PgBouncer only through a unix socket in a directory of its own account
+        // (mode 0700): it trusts whoever reaches it, as the cluster's socket does.
+        let socket_dir = socket_dir(dir.path());
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&socket_dir)
+            .map_err(|e| Error::io("creating", &socket_dir, e))?;
+        if let Some(user) = crate::server_user()? {
+            std::os::unix::fs::chown(&socket_dir, Some(user.uid), Some(user.gid))
+                .map_err(|e| Error::io("chown", &socket_dir, e))?;
+        }
+        write_readable(&ini, &self.ini(port, &users, &socket_dir))?;
 
         let log = log_path(dir.path());
         let out = fs::File::create(&log).map_err(|e| Error::io("creating", &log, e))?;
@@ -171,7 +194,7 @@ impl PgBouncerBuilder<'_> {
             .map_err(|e| Error::io("starting", &exe, e))?;
         let mut bouncer = PgBouncer { child, port, dir };
         let deadline = Instant::now() + START_LIMIT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while UnixStream::connect(bouncer.socket_path()).is_err() {
             if let Ok(Some(status)) = bouncer.child.try_wait() {
                 return Err(Error::Command {
                     program: exe.display().to_string(),
@@ -194,12 +217,17 @@ impl PgBouncerBuilder<'_> {
     }
 
     /// The contents of `pgbouncer.ini`.
-    fn ini(&self, port: u16, users: &Path) -> String {
+    fn ini(&self, port: u16, users: &Path, socket_dir: &Path) -> String {
         let server = self.cluster.port();
         let databases: String = self
             .databases
             .iter()
-            .map(|db| format!("{db} = host=127.0.0.1 port={server} dbname={db}\n"))
+            .map(|db| {
+                format!(
+                    "{db} = host={} port={server} dbname={db}\n",
+                    self.cluster.socket_dir().display()
+                )
+            })
             .collect();
         let admin_users = if self.admin_users.is_empty() {
             String::new()
@@ -210,9 +238,9 @@ impl PgBouncerBuilder<'_> {
             "[databases]\n\
              {databases}\
              [pgbouncer]\n\
-             listen_addr = 127.0.0.1\n\
+             listen_addr =\n\
              listen_port = {port}\n\
-             unix_socket_dir =\n\
+             unix_socket_dir = {socket_dir}\n\
              auth_type = trust\n\
              auth_file = {users}\n\
              pool_mode = transaction\n\
@@ -221,6 +249,7 @@ impl PgBouncerBuilder<'_> {
              {admin_users}\
              ignore_startup_parameters = extra_float_digits\n",
             users = users.display(),
+            socket_dir = socket_dir.display(),
             pool_size = self.pool_size,
             max_client_conn = self.max_client_conn,
         )
@@ -260,6 +289,11 @@ fn write_readable(path: &Path, contents: &str) -> Result<()> {
 fn set_mode(path: &Path, mode: u32) -> Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
         .map_err(|e| Error::io("changing the mode of", path, e))
+}
+
+/// Where PgBouncer's unix socket is, in its directory `dir`.
+fn socket_dir(dir: &Path) -> PathBuf {
+    dir.join("s")
 }
 
 /// A port that was free on 127.0.0.1 a moment ago.

@@ -1,5 +1,6 @@
 //! Integration tests for pgcluster: every test runs real PostgreSQL servers.
 
+mod access;
 mod cleanup;
 mod common;
 mod crash;
