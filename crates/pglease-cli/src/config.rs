@@ -68,7 +68,7 @@ impl Config {
         Ok(match cli.command {
             Command::Run(args) => Config::Run {
                 target: target(&args.conn)?,
-                owner: owner(&args.owner),
+                owner: run::owner(args.owner.as_deref()),
                 args,
             },
             Command::Acquire(args) => Config::Acquire {

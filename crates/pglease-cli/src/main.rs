@@ -13,10 +13,12 @@ mod exit;
 mod leases;
 mod local;
 mod output;
+mod procs;
 mod progress;
 mod run;
 mod signals;
 mod waiting;
+mod watchdog;
 
 use std::process::ExitCode;
 
@@ -28,6 +30,9 @@ use crate::connect::ConfigError;
 use crate::exit::{BoxError, EXIT_ERROR};
 
 fn main() -> ExitCode {
+    if let Some(code) = watchdog::main_if_requested() {
+        return code; // `pglease run`'s watchdog process (internal)
+    }
     let cli = Cli::parse(); // exits with 2 on an invalid command line
     let config = match Config::new(cli) {
         Ok(config) => config,
