@@ -21,7 +21,8 @@ Exit codes:
   4    lost: renew/release refused (not_owner, lapsed, epoch_mismatch); run: the lease was lost
        while the command ran, and the command was terminated
   run  otherwise exits with the command's status: 128+N if a signal N killed it,
-       126 if it could not be executed, 127 if it was not found";
+       126 if it could not be executed, 127 if it was not found; run's own 1, 3 and 4
+       can be moved with --error-exit-code, --conflict-exit-code and --lost-exit-code";
 
 const EXAMPLES_HELP: &str = "\
 Examples:
@@ -76,7 +77,10 @@ pub enum Command {
     /// command with PGLEASE_KEY, PGLEASE_OWNER and PGLEASE_EPOCH in its environment, renews the
     /// lease in the background, and releases it when the command exits. If the lease is lost
     /// (a renewal refused, or no renewal got through before the expiry), the command's process
-    /// group gets SIGTERM, then SIGKILL after --kill-after, and pglease exits with 4.
+    /// group and everything it started get SIGTERM, then SIGKILL after --kill-after, and pglease
+    /// exits with 4. A watchdog process kills them at the lease's local deadline even if pglease
+    /// itself is stalled (only fencing protects against a stalled machine). When the command exits,
+    /// the lease is kept until the processes it left running have exited too (--descendants).
     ///
     /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to pglease are forwarded to the
     /// command's process group. The command runs in its own process group; when pglease runs in
