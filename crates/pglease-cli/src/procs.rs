@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 /// One process of the tree.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Proc {
     /// Its pid in pglease's PID namespace.
     pub pid: i32,
@@ -87,6 +87,23 @@ pub fn descendants(root: i32) -> Vec<Proc> {
         }
     }
     found
+}
+
+/// Whether `p` is still the process that was read, and running.
+pub fn is_alive(p: &Proc) -> bool {
+    stat(p.proc_pid)
+        .is_some_and(|(state, _, start)| start == p.start && !matches!(state, 'Z' | 'X' | 'x'))
+}
+
+/// The running descendants of `p` (empty once `p` is gone: its pid may name another process).
+pub fn descendants_of(p: &Proc) -> Vec<Proc> {
+    if !is_alive(p) {
+        return Vec::new();
+    }
+    descendants(p.proc_pid)
+        .into_iter()
+        .filter(Proc::is_running)
+        .collect()
 }
 
 /// Sends `sig` to `p` if it is still the process that was read (see the module docs). Returns

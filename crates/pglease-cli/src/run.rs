@@ -448,3 +448,42 @@ async fn release(lease: impl HeldLease, key: &str, ttl: Duration) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_nonce(s: &str) -> bool {
+        s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())
+    }
+
+    #[test]
+    fn every_owner_ends_with_a_fresh_nonce() {
+        let given = owner(Some("worker"));
+        assert!(
+            given.strip_prefix("worker-").is_some_and(is_nonce),
+            "{given}"
+        );
+        assert_eq!(given.len(), "worker".len() + OWNER_SUFFIX_BYTES);
+        let default = default_owner();
+        let (host_pid, nonce) = default.rsplit_once('-').unwrap();
+        assert!(is_nonce(nonce), "{default}");
+        assert!(
+            host_pid.ends_with(&format!("-{}", std::process::id())),
+            "{default}"
+        );
+        // Same process, same name: still different owners.
+        assert_ne!(owner(Some("worker")), owner(Some("worker")));
+        assert_ne!(default_owner(), default_owner());
+    }
+
+    #[test]
+    fn the_grace_is_at_most_a_third_of_the_ttl() {
+        let s = Duration::from_secs;
+        assert_eq!(grace(s(30), s(10)), s(10));
+        assert_eq!(grace(s(3), s(10)), s(1));
+        assert_eq!(grace(s(30), Duration::ZERO), Duration::ZERO);
+        assert!(tick_every(Duration::from_millis(1)) >= Duration::from_millis(10));
+        assert!(tick_every(s(3600)) <= Duration::from_millis(500));
+    }
+}

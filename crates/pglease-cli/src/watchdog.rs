@@ -20,7 +20,8 @@
 //! descendant of the supervisor (the supervisor is a child subreaper, so processes that left the
 //! group or were orphaned are still its descendants), until none is left running. If the pipe
 //! closes without `Q` (the supervisor died), it sends SIGTERM to the group at once and SIGKILL at
-//! the deadline.
+//! the deadline, to the group and to the descendants it saw at the supervisor's last message (they
+//! are reparented elsewhere by then) and theirs.
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -45,7 +46,12 @@ impl Watchdog {
     /// Starts the watchdog armed with `deadline`. Must be called before pglease becomes a child
     /// subreaper (the watchdog must not be reparented to it).
     pub fn start(deadline: Instant) -> io::Result<Watchdog> {
-        let exe = std::env::current_exe()?;
+        // This very binary, even if its file was replaced or removed since pglease started.
+        let exe = if std::path::Path::new("/proc/self/exe").exists() {
+            std::path::PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe()?
+        };
         // The supervisor as `/proc` numbers it (0: no /proc; the watchdog then kills the group only).
         let supervisor = procs::self_proc_pid().unwrap_or(0);
         let mut first = std::process::Command::new(exe)
@@ -179,6 +185,9 @@ fn watch(supervisor: Option<i32>) {
     let mut fired = false;
     let mut buf = Vec::new();
     let mut orphaned = false;
+    // The supervisor's descendants, refreshed every REFRESH_MS and on each message: after the
+    // supervisor died they are reparented elsewhere, and only this list still finds them.
+    let mut known: Vec<procs::Proc> = Vec::new();
     loop {
         let now = monotonic_ns();
         if !fired && deadline.is_some_and(|at| now >= at) {
@@ -187,7 +196,7 @@ fn watch(supervisor: Option<i32>) {
                 "pglease: watchdog: the lease's local deadline passed without a confirmed renewal; \
                  killing the command (SIGKILL)"
             );
-            kill_everything(group, supervisor.filter(|_| !orphaned));
+            kill_everything(group, supervisor.filter(|_| !orphaned), &known);
             if orphaned {
                 return;
             }
@@ -200,6 +209,12 @@ fn watch(supervisor: Option<i32>) {
                 .unwrap_or(i32::MAX)
                 .max(1),
             _ => -1,
+        };
+        // While the command runs, wake up to keep the list of descendants current.
+        let timeout_ms = match (group, timeout_ms) {
+            (Some(_), -1) if !fired => REFRESH_MS,
+            (Some(_), t) if !fired => t.min(REFRESH_MS),
+            (_, t) => t,
         };
         if orphaned {
             // Nothing more to read: sleep until the deadline.
@@ -216,7 +231,11 @@ fn watch(supervisor: Option<i32>) {
         // SAFETY: one valid pollfd.
         let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
         if ready <= 0 {
-            continue; // timeout (or EINTR): re-check the deadline
+            // Timeout (or EINTR): the pipe is still open, so the supervisor was alive just now.
+            if let Some(root) = supervisor.filter(|_| group.is_some() && !fired) {
+                remember(&mut known, root);
+            }
+            continue;
         }
         let mut chunk = [0u8; 512];
         let n = match stdin.read(&mut chunk) {
@@ -229,6 +248,9 @@ fn watch(supervisor: Option<i32>) {
             if let Some(pgid) = group {
                 // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
                 unsafe { libc::kill(-pgid, libc::SIGTERM) };
+            }
+            for p in &known {
+                procs::signal(p, libc::SIGTERM);
             }
             if fired {
                 return;
@@ -252,26 +274,45 @@ fn watch(supervisor: Option<i32>) {
             }
             if fired {
                 // Already fired: whatever was started since goes too.
-                kill_everything(group, supervisor);
+                kill_everything(group, supervisor, &known);
             }
+        }
+        if let Some(root) = supervisor {
+            remember(&mut known, root);
         }
     }
 }
 
-/// SIGKILL to `group` and to every live descendant of `supervisor` (as `/proc` numbers it), until
-/// none is left (a bounded number of rounds, for processes forked while we kill).
-fn kill_everything(group: Option<i32>, supervisor: Option<i32>) {
+/// How often the watchdog refreshes its list of the supervisor's descendants, in milliseconds.
+const REFRESH_MS: i32 = 200;
+
+/// Adds the running descendants of `root` to `known`, dropping those that have exited.
+fn remember(known: &mut Vec<procs::Proc>, root: i32) {
+    let me = std::process::id() as i32;
+    known.retain(procs::is_alive);
+    for p in procs::descendants(root) {
+        if p.pid != me && p.is_running() && !known.contains(&p) {
+            known.push(p);
+        }
+    }
+}
+
+/// SIGKILL to `group`, to every live descendant of `supervisor` (as `/proc` numbers it), and to
+/// the `known` descendants and theirs, until none is left (a bounded number of rounds, for
+/// processes forked while we kill).
+fn kill_everything(group: Option<i32>, supervisor: Option<i32>, known: &[procs::Proc]) {
     let me = std::process::id() as i32;
     for _ in 0..100 {
         if let Some(pgid) = group {
             // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
-        let Some(root) = supervisor else { return };
-        let alive: Vec<procs::Proc> = procs::descendants(root)
-            .into_iter()
-            .filter(|p| p.pid != me && p.is_running())
-            .collect();
+        let mut alive: Vec<procs::Proc> = supervisor.map(procs::descendants).unwrap_or_default();
+        for p in known.iter().filter(|p| procs::is_alive(p)) {
+            alive.push(*p);
+            alive.extend(procs::descendants_of(p));
+        }
+        alive.retain(|p| p.pid != me && p.is_running());
         if alive.is_empty() {
             return;
         }

@@ -682,3 +682,72 @@ fn a_lost_lease_stops_processes_that_left_the_group() {
         out.report()
     );
 }
+
+#[test]
+fn a_command_outlives_a_killed_pglease_at_most_until_the_lease_deadline() {
+    // pglease is SIGKILLed; the command ignores the SIGTERM it then gets (PR_SET_PDEATHSIG), and so
+    // does a process that left its group. The watchdog kills both at the lease's local deadline,
+    // before a successor is granted the key.
+    let case = Case::new("orphaned");
+    let dir = case.path().display().to_string();
+    let first = case
+        .pglease([
+            "run",
+            "--key",
+            "orphan",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "trap '' TERM; \
+                 setsid sh -c 'trap \"\" TERM; echo $$ > {dir}/away.pid; \
+                 while [ -d {dir} ]; do sleep 0.02; done' >/dev/null 2>&1 & \
+                 echo $$ > {dir}/first.pid; while [ -d {dir} ]; do sleep 0.02; done"
+            ),
+        ])
+        .spawn();
+    let command = pid_in(&case.file("first.pid"));
+    let away = pid_in(&case.file("away.pid"));
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(first.pid(), libc::SIGKILL) }, 0);
+    let successor = case
+        .pglease([
+            "run",
+            "--key",
+            "orphan",
+            "--ttl",
+            "30s",
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "for p in {command} {away}; do \
+                   s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); echo \"${{s:-gone}}\"; \
+                 done > {dir}/successor.saw"
+            ),
+        ])
+        .spawn();
+    let saw = read_when_written(&case.file("successor.saw"), LONG);
+    let out = successor.wait(LONG);
+    let survivors: Vec<i32> = [command, away]
+        .into_iter()
+        .filter(|&p| running(p))
+        .collect();
+    for &pid in &survivors {
+        // SAFETY: as above; the test started these processes.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    out.expect_code(0);
+    for seen in saw.lines() {
+        assert!(
+            seen == "Z" || seen == "gone",
+            "\nthe successor started while the killed run's processes ran: {saw:?}\n"
+        );
+    }
+    assert!(survivors.is_empty(), "still running: {survivors:?}");
+    drop(first);
+}
