@@ -231,6 +231,20 @@ pub fn grace(ttl: Duration, kill_after: Duration) -> Duration {
     kill_after.min(ttl / 3)
 }
 
+/// How long before the lease's local deadline the watchdog fires: a twentieth of the ttl, at most
+/// 250 ms, for its own wake-up and kill latency on a loaded host (the lease's safety margin is for
+/// the keepalive; this keeps the SIGKILL ahead of it rather than racing it).
+pub fn watchdog_lead(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(250))
+}
+
+/// The watchdog's deadline for a lease valid until `valid_until`.
+fn watchdog_deadline(valid_until: Instant, ttl: Duration) -> Instant {
+    valid_until
+        .checked_sub(watchdog_lead(ttl))
+        .unwrap_or(valid_until)
+}
+
 /// How often the supervisor passes the lease's deadline on to the watchdog.
 fn tick_every(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(500))
@@ -258,8 +272,8 @@ async fn supervise(
     let started = child::catch_sigchld()
         .map_err(|e| exit::context("catching SIGCHLD", e))
         .and_then(|sigchld| {
-            let watchdog =
-                Watchdog::start(deadline).map_err(|e| exit::context("starting the watchdog", e))?;
+            let watchdog = Watchdog::start(watchdog_deadline(deadline, sup.ttl))
+                .map_err(|e| exit::context("starting the watchdog", e))?;
             Ok((sigchld, watchdog))
         })
         .and_then(|(sigchld, watchdog)| match child::become_subreaper() {
@@ -353,7 +367,7 @@ async fn supervise(
                 }
                 _ = tick.tick(), if stop.lost.is_none() => {
                     if let Some(valid_until) = lease.valid_until() {
-                        if let Err(e) = watchdog.extend(valid_until) {
+                        if let Err(e) = watchdog.extend(watchdog_deadline(valid_until, sup.ttl)) {
                             stop.lose(&child, key, format!("the watchdog is gone: {e}"));
                         } else if !grace.is_zero() && Instant::now() + grace >= valid_until {
                             stop.lose(
@@ -485,5 +499,7 @@ mod tests {
         assert_eq!(grace(s(30), Duration::ZERO), Duration::ZERO);
         assert!(tick_every(Duration::from_millis(1)) >= Duration::from_millis(10));
         assert!(tick_every(s(3600)) <= Duration::from_millis(500));
+        assert_eq!(watchdog_lead(s(2)), Duration::from_millis(100));
+        assert_eq!(watchdog_lead(s(60)), Duration::from_millis(250));
     }
 }
