@@ -307,8 +307,8 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub wait: WaitArg,
 
-    /// Who acquires the lease (1 to 1024 bytes). Default: $PGLEASE_OWNER, else <hostname>-<pid>
-    /// (printed, so you can pass it to renew and release).
+    /// Who acquires the lease (1 to 1024 bytes). Default: $PGLEASE_OWNER, else
+    /// <hostname>-<pid>-<nonce> (printed, so you can pass it to renew and release).
     #[arg(short, long, value_name = "OWNER", value_parser = parse_name, env = "PGLEASE_OWNER", help_heading = "Lease")]
     pub owner: Option<String>,
 
