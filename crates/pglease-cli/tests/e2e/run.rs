@@ -531,7 +531,7 @@ fn what_a_command_leaves_running_keeps_the_lease_until_it_exits() {
             "--key",
             "bg",
             "--ttl",
-            "30s",
+            "2s",
             "--",
             "sh",
             "-c",
@@ -576,6 +576,16 @@ fn what_a_command_leaves_running_keeps_the_lease_until_it_exits() {
             .unwrap();
         (waiting.trim() == "t").then_some(())
     });
+    // The lease is still renewed (its expiry moves) after the command itself exited.
+    let expiry = || {
+        crate::common::cluster()
+            .psql(&db, "SELECT expires_at FROM lease.leases WHERE key = 'bg'")
+            .unwrap()
+    };
+    let before = expiry();
+    eventually("a renewal after the command exited", LONG, || {
+        (expiry() != before).then_some(())
+    });
     assert!(running(job) && running(away), "the jobs should still run");
     assert!(
         !case.file("second.saw").exists(),
@@ -584,6 +594,13 @@ fn what_a_command_leaves_running_keeps_the_lease_until_it_exits() {
     std::fs::write(case.file("go"), "").unwrap();
     let first = first.wait(LONG);
     first.expect_code(0);
+    assert!(
+        first
+            .stderr()
+            .contains("keeping the lease on bg until the processes it left behind exit"),
+        "\nexpected pglease to say why it keeps the lease\n{}\n",
+        first.report()
+    );
     second.wait(LONG).expect_code(0);
     expect_eq(
         "the second command saw (the job that left the group, the other job's output)",
