@@ -89,6 +89,37 @@ pub fn descendants(root: i32) -> Vec<Proc> {
     found
 }
 
+/// The process whose pid in our namespace is `pid`, if it exists.
+pub fn find(pid: i32) -> Option<Proc> {
+    let record = |proc_pid: i32| {
+        let (state, _, start) = stat(proc_pid)?;
+        Some(Proc {
+            pid,
+            proc_pid,
+            state,
+            start,
+        })
+    };
+    if self_proc_pid()? == std::process::id() as i32 {
+        return record(pid); // `/proc` is our namespace's
+    }
+    let depth = ns_depth(&status("self")?)?;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(proc_pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let here = status(&proc_pid.to_string()).and_then(|s| ns_pids(&s).get(depth - 1).copied());
+        if here == Some(pid) {
+            return record(proc_pid);
+        }
+    }
+    None
+}
+
 /// Whether `p` is still the process that was read, and running.
 pub fn is_alive(p: &Proc) -> bool {
     stat(p.proc_pid)

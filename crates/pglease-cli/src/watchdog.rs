@@ -268,7 +268,17 @@ fn watch(supervisor: Option<i32>) {
                 parts.next().and_then(|v| v.parse::<i64>().ok()),
             ) {
                 (Some("D"), Some(at)) => deadline = u64::try_from(at).ok(),
-                (Some("G"), Some(pgid)) => group = i32::try_from(pgid).ok().filter(|&p| p > 0),
+                (Some("G"), Some(pgid)) => {
+                    group = i32::try_from(pgid).ok().filter(|&p| p > 0);
+                    // The command itself, found by its pid (whether or not the supervisor still
+                    // lives): what it starts stays below it while it runs.
+                    if let Some(leader) = group
+                        .and_then(procs::find)
+                        .filter(|leader| !known.contains(leader))
+                    {
+                        known.push(leader);
+                    }
+                }
                 (Some("Q"), _) => return,
                 _ => {}
             }
@@ -303,16 +313,18 @@ fn remember(known: &mut Vec<procs::Proc>, root: i32) {
 fn kill_everything(group: Option<i32>, supervisor: Option<i32>, known: &[procs::Proc]) {
     let me = std::process::id() as i32;
     for _ in 0..100 {
-        if let Some(pgid) = group {
-            // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
+        // Find everything first: once a parent dies, its children are reparented away and can no
+        // longer be found below it.
         let mut alive: Vec<procs::Proc> = supervisor.map(procs::descendants).unwrap_or_default();
         for p in known.iter().filter(|p| procs::is_alive(p)) {
             alive.push(*p);
             alive.extend(procs::descendants_of(p));
         }
         alive.retain(|p| p.pid != me && p.is_running());
+        if let Some(pgid) = group {
+            // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
         if alive.is_empty() {
             return;
         }

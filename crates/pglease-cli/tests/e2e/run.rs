@@ -744,7 +744,7 @@ fn a_command_outlives_a_killed_pglease_at_most_until_the_lease_deadline() {
             &format!(
                 "for p in {command} {away}; do \
                    s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); echo \"${{s:-gone}}\"; \
-                 done > {dir}/successor.saw"
+                 done > {dir}/saw.tmp; mv {dir}/saw.tmp {dir}/successor.saw"
             ),
         ])
         .spawn();
