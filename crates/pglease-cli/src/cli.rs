@@ -21,7 +21,8 @@ Exit codes:
   4    lost: renew/release refused (not_owner, lapsed, epoch_mismatch); run: the lease was lost
        while the command ran, and the command was terminated
   run  otherwise exits with the command's status: 128+N if a signal N killed it,
-       126 if it could not be executed, 127 if it was not found";
+       126 if it could not be executed, 127 if it was not found; run's own 1, 3 and 4
+       can be moved with --error-exit-code, --conflict-exit-code and --lost-exit-code";
 
 const EXAMPLES_HELP: &str = "\
 Examples:
@@ -99,7 +100,10 @@ pub enum Command {
     /// command with PGLEASE_KEY, PGLEASE_OWNER and PGLEASE_EPOCH in its environment, renews the
     /// lease in the background, and releases it when the command exits. If the lease is lost
     /// (a renewal refused, or no renewal got through before the expiry), the command's process
-    /// group gets SIGTERM, then SIGKILL after --kill-after, and pglease exits with 4.
+    /// group and everything it started get SIGTERM, then SIGKILL after --kill-after, and pglease
+    /// exits with 4. A watchdog process kills them at the lease's local deadline even if pglease
+    /// itself is stalled (only fencing protects against a stalled machine). When the command exits,
+    /// the lease is kept until the processes it left running have exited too (--descendants).
     ///
     /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to pglease are forwarded to the
     /// command's process group. The command runs in its own process group; when pglease runs in
@@ -271,14 +275,59 @@ pub struct RunArgs {
     #[command(flatten)]
     pub wait: WaitArg,
 
-    /// Who holds the lease (1 to 1024 bytes). Default: <hostname>-<pid>, unique to this run.
-    #[arg(short, long, value_name = "OWNER", value_parser = parse_name, help_heading = "Lease")]
+    /// The readable part of the owner (1 to 1007 bytes): the lease is held as OWNER-<nonce>.
+    ///
+    /// A run's owner is always unique to the run, so that it can never be handed a grant that is
+    /// not its own (acquire returns a key's grant to an owner that already holds it). The nonce is
+    /// 16 random hex digits; the whole owner is in PGLEASE_OWNER. Default: <hostname>-<pid>-<nonce>.
+    #[arg(short, long, value_name = "OWNER", value_parser = parse_run_owner, help_heading = "Lease")]
     pub owner: Option<String>,
 
     /// After the lease is lost, how long the command has between SIGTERM and SIGKILL.
+    ///
+    /// SIGKILL comes sooner if the lease's local deadline does: the command never runs past it.
+    /// If renewals are not getting through, pglease gives the lease up (SIGTERM) when less than
+    /// the smaller of this and a third of the ttl is left.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait,
           allow_hyphen_values = true, help_heading = "Command")]
     pub kill_after: Duration,
+
+    /// What to do with processes the command leaves running when it exits (`sh -c 'job &'`).
+    ///
+    /// wait: keep the lease (and the watchdog) until every one has exited, then release; kill:
+    /// stop them (SIGTERM, SIGKILL after --kill-after), then release. Either way none of them runs
+    /// unprotected after the key is released.
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = Descendants::Wait, help_heading = "Command")]
+    pub descendants: Descendants,
+
+    /// Exit with this code (0 to 255) instead of 3 when the key is not acquired.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        help_heading = "Exit codes"
+    )]
+    pub conflict_exit_code: u8,
+
+    /// Exit with this code (0 to 255) instead of 4 when the lease is lost while the command runs.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        help_heading = "Exit codes"
+    )]
+    pub lost_exit_code: u8,
+
+    /// Exit with this code (0 to 255) instead of 1 on pglease's own errors (connecting, SQL).
+    ///
+    /// Pick codes the command never exits with, and every other code is the command's own.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Exit codes"
+    )]
+    pub error_exit_code: u8,
 
     /// Run SCRIPT with `sh -c` instead of a command: `--shell 'make && make install'`.
     #[arg(
@@ -298,6 +347,15 @@ pub struct RunArgs {
     pub conn: ConnArgs,
 }
 
+/// What `run` does with the processes a command leaves running when it exits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Descendants {
+    /// Keep the lease until they have all exited.
+    Wait,
+    /// Stop them (SIGTERM, then SIGKILL after --kill-after).
+    Kill,
+}
+
 /// Options of `pglease acquire`.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
@@ -308,8 +366,8 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub wait: WaitArg,
 
-    /// Who acquires the lease (1 to 1024 bytes). Default: $PGLEASE_OWNER, else <hostname>-<pid>
-    /// (printed, so you can pass it to renew and release).
+    /// Who acquires the lease (1 to 1024 bytes). Default: $PGLEASE_OWNER, else
+    /// <hostname>-<pid>-<nonce> (printed, so you can pass it to renew and release).
     #[arg(short, long, value_name = "OWNER", value_parser = parse_name, env = "PGLEASE_OWNER", help_heading = "Lease")]
     pub owner: Option<String>,
 
@@ -557,6 +615,19 @@ pub fn parse_name(s: &str) -> Result<String, String> {
         return Err("must not be empty".into());
     }
     parse_prefix(s)
+}
+
+/// Parses `run --owner`: 1 byte, and room for the nonce `run` appends within 1024 bytes.
+pub fn parse_run_owner(s: &str) -> Result<String, String> {
+    let max = MAX_NAME_BYTES - crate::run::OWNER_SUFFIX_BYTES;
+    if s.len() > max {
+        return Err(format!(
+            "must be at most {max} bytes (got {}): run appends a {}-byte nonce",
+            s.len(),
+            crate::run::OWNER_SUFFIX_BYTES
+        ));
+    }
+    parse_name(s)
 }
 
 /// Parses a list prefix: at most 1024 bytes.

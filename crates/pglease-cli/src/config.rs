@@ -80,7 +80,7 @@ impl Config {
                 }
                 Config::Run {
                     target: target(&args.conn)?,
-                    owner: owner(&args.owner),
+                    owner: run::owner(args.owner.as_deref()),
                     args,
                 }
             }

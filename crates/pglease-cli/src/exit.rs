@@ -9,9 +9,11 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Exit code: an infrastructure error (no PostgreSQL, connection lost, SQL error).
 pub const EXIT_ERROR: u8 = 1;
-/// Exit code: the key is held by another owner (`acquire`; `run` within `--wait`).
+/// Exit code: the key is held by another owner (`acquire`; `run` within `--wait`, unless
+/// `--conflict-exit-code`).
 pub const EXIT_NOT_ACQUIRED: u8 = 3;
-/// Exit code: renew/release refused; `run`: the lease was lost while the command ran.
+/// Exit code: renew/release refused; `run`: the lease was lost while the command ran (unless
+/// `--lost-exit-code`).
 pub const EXIT_LOST: u8 = 4;
 /// Exit code of `run` when the command could not be executed (shells' convention).
 pub const EXIT_CANNOT_EXECUTE: u8 = 126;
@@ -30,10 +32,15 @@ pub fn finish(result: Result<ExitCode, BoxError>) -> ExitCode {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&*e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{}", chain(&*e));
+            print_error(&*e);
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// Prints `e` and its source chain once on stderr (`pglease: <error>: <source>: ...`).
+pub fn print_error(e: &(dyn std::error::Error + 'static)) {
+    eprintln!("{}", chain(e));
 }
 
 /// `pglease: <error>: <source>: ...`, skipping a source whose text the message already ends with.

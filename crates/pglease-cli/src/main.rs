@@ -13,11 +13,13 @@ mod exit;
 mod leases;
 mod local;
 mod output;
+mod procs;
 mod progress;
 mod run;
 mod signals;
 mod verbose;
 mod waiting;
+mod watchdog;
 
 use std::process::ExitCode;
 
@@ -29,6 +31,9 @@ use crate::connect::ConfigError;
 use crate::exit::{BoxError, EXIT_ERROR};
 
 fn main() -> ExitCode {
+    if let Some(code) = watchdog::main_if_requested() {
+        return code; // `pglease run`'s watchdog process (internal)
+    }
     let cli = Cli::parse(); // exits with 2 on an invalid command line
     if let Err(message) = verbose::install(cli.verbose) {
         Cli::command()

@@ -1,5 +1,6 @@
 //! Exit codes match the documentation (`pglease --help`, README): the command's status passes
-//! through `run`; 3 not acquired; 4 lost or refused; 1 infrastructure error; 2 usage error.
+//! through `run`; 3 not acquired; 4 lost or refused; 1 infrastructure error; 2 usage error; `run`'s
+//! own outcomes can be given codes of their own, apart from the command's.
 
 use crate::common::{Case, expect_eq};
 
@@ -182,4 +183,135 @@ fn help_and_docs_list_the_same_exit_codes() {
             "docs/CLI.md does not document exit code {code} ({meaning})"
         );
     }
+}
+
+#[test]
+fn run_reports_its_own_outcomes_with_the_codes_chosen_for_them() {
+    // The command's own 1, 3 and 4 look like pglease's defaults; chosen codes tell them apart.
+    let case = Case::new("chosen_codes");
+    let codes = [
+        "--conflict-exit-code",
+        "75",
+        "--lost-exit-code",
+        "76",
+        "--error-exit-code",
+        "77",
+    ];
+    let run = |extra: &[&str], command: &[&str]| {
+        let mut args = vec!["run", "-k", "c", "-t", "1s"];
+        args.extend_from_slice(&codes);
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(command);
+        case.pglease(&args)
+    };
+    // The command's status, whatever it is, passes through unchanged.
+    for status in ["1", "3", "4"] {
+        run(&[], &["sh", "-c", &format!("exit {status}")]).expect_code(status.parse().unwrap());
+    }
+
+    // Not acquired.
+    let grant = case
+        .pglease(["acquire", "-k", "c", "-o", "holder", "-t", "1m", "--json"])
+        .expect_code(0)
+        .json();
+    let epoch = grant["epoch"].to_string();
+    let marker = case.file("ran");
+    let out = run(&[], &["touch", marker.to_str().unwrap()]).expect_code(75);
+    assert!(
+        out.stderr().contains("could not acquire c"),
+        "{}",
+        out.report()
+    );
+    // 0, like `flock -E 0`: "someone else is doing it" is not a failure.
+    let mut args = vec!["run", "-k", "c", "-t", "1s", "--conflict-exit-code", "0"];
+    args.extend(["--", "touch", marker.to_str().unwrap()]);
+    case.pglease(&args).expect_code(0);
+    assert!(!marker.exists(), "the command ran without the lease");
+    case.pglease(["release", "-k", "c", "-o", "holder", "-e", &epoch])
+        .expect_code(0);
+
+    // Lost: the row is handed to someone else, so the next renewal is refused.
+    let db = case.url.rsplit('/').next().unwrap().to_string();
+    let mut running = run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "echo up > {}/up; while :; do sleep 0.02; done",
+                case.path().display()
+            ),
+        ],
+    )
+    .spawn();
+    running.read_when_written(&case.file("up"), std::time::Duration::from_secs(60));
+    crate::common::cluster()
+        .psql(
+            &db,
+            "UPDATE lease.leases SET owner = 'intruder' WHERE key = 'c'",
+        )
+        .unwrap();
+    running
+        .wait(std::time::Duration::from_secs(60))
+        .expect_code(76);
+
+    // pglease's own error (no server there).
+    let mut args = vec!["run", "-k", "c", "-t", "1s"];
+    args.extend_from_slice(&codes);
+    args.extend(["--", "true"]);
+    let out = case
+        .bare(&args)
+        .env("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/nowhere")
+        .expect_code(77);
+    assert!(out.stderr().starts_with("pglease: "), "{}", out.report());
+}
+
+#[test]
+fn run_rejects_codes_and_owners_out_of_range() {
+    let case = Case::new("code_range");
+    for args in [
+        vec![
+            "run",
+            "-k",
+            "x",
+            "-t",
+            "1s",
+            "--conflict-exit-code",
+            "256",
+            "--",
+            "true",
+        ],
+        vec![
+            "run",
+            "-k",
+            "x",
+            "-t",
+            "1s",
+            "--lost-exit-code",
+            "-1",
+            "--",
+            "true",
+        ],
+        vec![
+            "run",
+            "-k",
+            "x",
+            "-t",
+            "1s",
+            "--descendants",
+            "leave",
+            "--",
+            "true",
+        ],
+    ] {
+        case.pglease(&args).expect_code(2);
+    }
+    // The owner must leave room for the run's nonce within the 1024 bytes of an owner.
+    let longest = "o".repeat(1007);
+    case.pglease(["run", "-k", "x", "-t", "5s", "-o", &longest, "--", "true"])
+        .expect_code(0);
+    let too_long = "o".repeat(1008);
+    case.pglease(["run", "-k", "x", "-t", "5s", "-o", &too_long, "--", "true"])
+        .expect_code(2);
 }
