@@ -28,6 +28,7 @@ mod driver;
 mod model;
 mod rng;
 mod selftest;
+mod synthetic;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
