@@ -270,15 +270,14 @@ impl Gen {
         let row = &self.rows[k];
         let key = format!("k{k}");
         let live = row.live(t0).cloned();
-        let view = |now| match &live {
-            Some((o, e, x)) => Some(View {
+        let view = |now| {
+            live.as_ref().map(|(o, e, x)| View {
                 held: true,
                 owner: Some(o.clone()),
                 epoch: Some(*e),
                 expires_at: Some(*x),
                 now,
-            }),
-            None => None,
+            })
         };
         let (call, outcome) = if register {
             let v = view(Some(t0)).unwrap_or(View {
@@ -291,7 +290,7 @@ impl Gen {
             (Call::RegisterWaiter { key }, Outcome::Registered(v))
         } else {
             let v = view(None).or_else(|| {
-                row.present.then(|| View {
+                row.present.then_some(View {
                     held: false,
                     owner: None,
                     epoch: Some(row.counter),
