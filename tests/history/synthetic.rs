@@ -2,7 +2,7 @@
 //! time on a made-up server clock, each call in its own 1 ms window) that records what each call
 //! would have returned. They exercise every path of the checker (grants, re-acquires, renews,
 //! releases, fences in committed transactions, reads, refusals, rolled-back writes, lost calls,
-//! purges) at any size, to show that the checker's work grows like n log n, not n².
+//! purges) at any size, to show that the checker's work grows like n log n in their size.
 
 use std::collections::HashSet;
 
