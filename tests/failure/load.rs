@@ -8,6 +8,9 @@
 //! (b) the next grant of every key is above every epoch ever returned as committed, and at the end
 //! (c) any two grants of a key ordered in real time (one returned before the other was sent) carry
 //! increasing epochs, across all crashes.
+//!
+//! A soak: `PGLEASE_CRASH_CYCLES=100` runs exactly that many cycles, however long they take (by
+//! default the test runs 6 to 20 within about 40 s).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +27,15 @@ const MIN_CYCLES: usize = 6;
 const MAX_CYCLES: usize = 20;
 /// Cycles stop being started after this long (the suite must stay fast on a busy machine).
 const BUDGET: Duration = Duration::from_secs(40);
+
+/// `PGLEASE_CRASH_CYCLES`: the exact number of cycles of a soak run (unset: the default bounds).
+fn soak_cycles() -> Option<usize> {
+    let v = std::env::var("PGLEASE_CRASH_CYCLES").ok()?;
+    match v.trim().parse() {
+        Ok(n) if n > 0 => Some(n),
+        _ => panic!("PGLEASE_CRASH_CYCLES must be a positive number of cycles, got {v:?}"),
+    }
+}
 
 fn key(k: usize) -> String {
     format!("load/{k}")
@@ -251,7 +263,12 @@ async fn epochs_never_regress_across_repeated_crashes_under_load() {
     let rec: Shared = Arc::default();
     let started = Instant::now();
     let mut cycles = 0;
-    while cycles < MAX_CYCLES && (cycles < MIN_CYCLES || started.elapsed() < BUDGET) {
+    let soak = soak_cycles();
+    let more = |cycles: usize| match soak {
+        Some(n) => cycles < n,
+        None => cycles < MAX_CYCLES && (cycles < MIN_CYCLES || started.elapsed() < BUDGET),
+    };
+    while more(cycles) {
         let mut tasks = Vec::new();
         for w in 0..WORKERS {
             let c = node.app().await;

@@ -26,7 +26,7 @@
 //! the moment it got the row, after that transaction committed; the checker flags an expiry counted
 //! from earlier (this found a bug, fixed in 0.2.0).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::model::{Call, Commit, Micros, Op, Outcome};
 
@@ -79,16 +79,18 @@ impl Report {
 }
 
 /// Checks `ops` (any order; ids are indexes into `ops`).
+///
+/// Cost: O(n log n) time and O(n) memory in the number of operations `n`. Each key's operations are
+/// checked on their own, and every check that relates an operation to others of its key (the lease
+/// in force at an instant, newer writes a re-acquire must have seen, leases of higher epochs than a
+/// fence, grants visible to a read or a refusal, purges between two grants) looks them up in an
+/// index built once per key (sorted by time or epoch, with prefix maxima or the few smallest
+/// values), never by scanning them. Only a check that has already failed scans, to name every
+/// operation involved. (An earlier version scanned: its time grew with the cube of a key's
+/// history, and the history of a five-minute soak was still being checked ten minutes later.)
 pub fn check(ops: &[Op]) -> Report {
     let mut report = Report::default();
-    let purges: Vec<&Op> = ops
-        .iter()
-        .filter(|o| {
-            o.commit == Commit::Committed
-                && matches!(o.call, Call::Purge { .. })
-                && matches!(o.outcome, Outcome::Purged(n) if n > 0)
-        })
-        .collect();
+    let purges = Purges::new(ops);
     let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
     for op in ops {
         well_formed(op, &mut report);
@@ -158,20 +160,27 @@ struct Lease<'a> {
 
 impl Lease<'_> {
     /// The expiry in force just before instant `t` (the last version written before it).
+    /// (`versions` is sorted by instant once every renew is attached; the first version when none
+    /// was written before `t`.)
     fn expiry_before(&self, t: Micros) -> (Micros, usize) {
-        let mut cur = (self.versions[0].1, self.versions[0].2);
-        for &(at, x, id) in &self.versions {
-            if at < t {
-                cur = (x, id);
-            }
-        }
-        cur
+        let n = self.versions.partition_point(|v| v.0 < t);
+        let (_, x, id) = self.versions[n.saturating_sub(1)];
+        (x, id)
     }
 
-    /// Whether the lease was held at some instant of `[a, b]` (releases aside).
+    /// Whether the lease was held at some instant of `[a, b]` (releases aside). Only the versions
+    /// in force during `[a, b]` are looked at: the one written last at or before `a`, and those
+    /// written up to `b`.
     fn held_somewhere_in(&self, a: Micros, b: Micros) -> bool {
         let a = a.max(self.g_lo);
-        for (i, &(at, x, _)) in self.versions.iter().enumerate() {
+        let first = self
+            .versions
+            .partition_point(|v| v.0 <= a)
+            .saturating_sub(1);
+        for (i, &(at, x, _)) in self.versions.iter().enumerate().skip(first) {
+            if at > b {
+                break;
+            }
             let next = self.versions.get(i + 1).map_or(Micros::MAX, |v| v.0);
             let start = at.max(a);
             if start <= b && start < next && x > start {
@@ -182,12 +191,95 @@ impl Lease<'_> {
     }
 }
 
+/// The committed purges that removed rows, to ask whether one ran between two instants in
+/// O(log purges): sorted by their first clock reading, with the running maximum of their last one.
+struct Purges {
+    /// (t0, the largest t1 of this and every purge with an earlier t0), by t0.
+    by_t0: Vec<(Micros, Micros)>,
+}
+
+impl Purges {
+    fn new(ops: &[Op]) -> Purges {
+        let mut by_t0: Vec<(Micros, Micros)> = ops
+            .iter()
+            .filter(|o| {
+                o.commit == Commit::Committed
+                    && matches!(o.call, Call::Purge { .. })
+                    && matches!(o.outcome, Outcome::Purged(n) if n > 0)
+            })
+            .filter_map(|o| Some((o.t0?, o.t1?)))
+            .collect();
+        by_t0.sort_unstable();
+        let mut max_t1 = Micros::MIN;
+        for p in &mut by_t0 {
+            max_t1 = max_t1.max(p.1);
+            p.1 = max_t1;
+        }
+        Purges { by_t0 }
+    }
+
+    /// Whether some purge ran (at least partly) within `(from, to)`: `t1 > from` and `t0 < to`.
+    fn between(&self, from: Micros, to: Micros) -> bool {
+        let n = self.by_t0.partition_point(|p| p.0 < to);
+        n > 0 && self.by_t0[n - 1].1 > from
+    }
+}
+
+/// How many of the lowest values [`LowestAbove`] keeps per suffix: more than the calls of one
+/// transaction of the workload (1–3), so that excluding a fence's own transaction leaves one.
+const LOWEST: usize = 4;
+
+/// For the leases of epochs above a given one, the [`LOWEST`] smallest values of one field (with
+/// the lease's index): whether any such lease has a value under a bound, with a few leases
+/// excluded, is then answered in O(log leases), falling back to a scan only when every one kept is
+/// under the bound and excluded.
+struct LowestAbove<T> {
+    /// The leases' epochs, ascending.
+    epochs: Vec<i64>,
+    /// `suffix[i]`: the smallest values among the leases of `epochs[i..]`, ascending.
+    suffix: Vec<Vec<(T, usize)>>,
+}
+
+impl<T: Ord + Copy> LowestAbove<T> {
+    fn new(leases: &[Lease<'_>], value: impl Fn(&Lease<'_>) -> T) -> LowestAbove<T> {
+        let mut order: Vec<usize> = (0..leases.len()).collect();
+        order.sort_by_key(|&i| leases[i].epoch);
+        let epochs = order.iter().map(|&i| leases[i].epoch).collect();
+        let mut suffix = vec![Vec::new(); order.len() + 1];
+        for (pos, &i) in order.iter().enumerate().rev() {
+            let mut low = suffix[pos + 1].clone();
+            low.push((value(&leases[i]), i));
+            low.sort_unstable();
+            low.truncate(LOWEST);
+            suffix[pos] = low;
+        }
+        LowestAbove { epochs, suffix }
+    }
+
+    /// Whether some lease of epoch above `epoch` with a value for which `under` holds may satisfy
+    /// `pred` (which also tests the value). False means none does; true means a scan is needed
+    /// (and, in histories whose transactions have fewer than [`LOWEST`] calls, that one does).
+    fn may_have(
+        &self,
+        epoch: i64,
+        under: impl Fn(T) -> bool,
+        pred: impl Fn(usize) -> bool,
+    ) -> bool {
+        let low = &self.suffix[self.epochs.partition_point(|e| *e <= epoch)];
+        low.iter().any(|&(_, i)| pred(i))
+            || (low.len() == LOWEST && low.iter().all(|&(v, _)| under(v)))
+    }
+}
+
 struct KeyCheck<'a, 'r> {
     key: &'a str,
     ops: Vec<&'a Op>,
     /// Ops that may have written and whose commit is unknown.
     amb: Vec<&'a Op>,
-    purges: &'r [&'a Op],
+    /// This key's ops by id, and by explicit transaction.
+    by_id: HashMap<usize, &'a Op>,
+    by_tx: HashMap<usize, Vec<&'a Op>>,
+    purges: &'r Purges,
     report: &'r mut Report,
     /// For each grant op: the range its instant lies in.
     g_range: HashMap<usize, (Micros, Micros)>,
@@ -196,17 +288,26 @@ struct KeyCheck<'a, 'r> {
 }
 
 impl<'a, 'r> KeyCheck<'a, 'r> {
-    fn new(key: &'a str, ops: Vec<&'a Op>, purges: &'r [&'a Op], report: &'r mut Report) -> Self {
+    fn new(key: &'a str, ops: Vec<&'a Op>, purges: &'r Purges, report: &'r mut Report) -> Self {
         let amb: Vec<&Op> = ops
             .iter()
             .copied()
             .filter(|o| o.commit == Commit::Ambiguous && o.maybe_wrote())
             .collect();
         report.stats.ambiguous += amb.len();
+        let by_id = ops.iter().map(|o| (o.id, *o)).collect();
+        let mut by_tx: HashMap<usize, Vec<&Op>> = HashMap::new();
+        for o in &ops {
+            if let Some(t) = o.tx {
+                by_tx.entry(t).or_default().push(o);
+            }
+        }
         KeyCheck {
             key,
             ops,
             amb,
+            by_id,
+            by_tx,
             purges,
             report,
             g_range: HashMap::new(),
@@ -347,15 +448,23 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 _ => false,
             };
             let candidates: Vec<&Op> = members.iter().filter(in_window).copied().collect();
-            // A candidate can be the grant only if every other member returned after it wrote.
+            // A candidate can be the grant only if every other member returned after it wrote: the
+            // earliest return among the others (an unknown one counts as earliest) is after it.
+            let mut returns: Vec<(Micros, usize)> = members
+                .iter()
+                .map(|m| (m.t1.unwrap_or(Micros::MIN), m.id))
+                .collect();
+            returns.sort_unstable();
+            returns.truncate(2);
             let consistent: Vec<&Op> = candidates
                 .iter()
                 .copied()
                 .filter(|c| {
                     let g = c.write_time().expect("candidate");
-                    members
+                    returns
                         .iter()
-                        .all(|m| m.id == c.id || m.t1.is_some_and(|t1| g < t1))
+                        .find(|r| r.1 != c.id)
+                        .is_none_or(|&(t1, _)| t1 != Micros::MIN && g < t1)
                 })
                 .collect();
             let pool = if consistent.is_empty() {
@@ -429,7 +538,9 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 writes.push((o, t0));
             }
         }
-        for &(m, src) in reacquires {
+        let write_at: HashMap<usize, Micros> = writes.iter().map(|&(w, at)| (w.id, at)).collect();
+        let newer = self.newer_visible_writes(&writes, reacquires);
+        for (&(m, src), newer) in reacquires.iter().zip(newer) {
             let (e, x) = m.granted().expect("granted");
             let (Some(t0), Some(t1)) = (m.t0, m.t1) else {
                 continue;
@@ -468,24 +579,65 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             }
             // A newer write that m must have seen (committed before m was sent, or earlier in m's
             // own transaction) means m returned an outdated lease.
-            let newer = writes.iter().find(|(w, at)| {
-                *at > src_hi
-                    && w.id != src.id
-                    && w.id != m.id
-                    && ((w.commit == Commit::Committed && w.visible_at.is_some_and(|v| v < m.sent))
-                        || (same_tx(w) && w.t1.is_some_and(|wt1| wt1 < t0)))
+            let newer = newer.filter(|&(at, _)| at > src_hi).or_else(|| {
+                let tx_ops = m.tx.and_then(|t| self.by_tx.get(&t))?;
+                tx_ops.iter().find_map(|w| {
+                    let at = *write_at.get(&w.id)?;
+                    (at > src_hi
+                        && w.id != src.id
+                        && w.id != m.id
+                        && same_tx(w)
+                        && w.t1.is_some_and(|wt1| wt1 < t0))
+                    .then_some((at, w.id))
+                })
             });
-            if let Some((w, _)) = newer {
+            if let Some((_, w)) = newer {
                 self.fail(
                     "I5",
                     format!(
                         "re-acquire returned epoch {e} although a newer committed write was visible"
                     ),
-                    vec![src.id, w.id, m.id],
+                    vec![src.id, w, m.id],
                     None,
                 );
             }
         }
+    }
+
+    /// For each re-acquire `(m, src)`: of the committed writes confirmed before m was sent (other
+    /// than src and m), the one with the latest instant, as `(instant, id)`. One sweep over the
+    /// writes in order of confirmation, keeping the three latest instants seen so far.
+    fn newer_visible_writes(
+        &self,
+        writes: &[(&Op, Micros)],
+        reacquires: &[(&'a Op, &'a Op)],
+    ) -> Vec<Option<(Micros, usize)>> {
+        let mut confirmed: Vec<(u64, Micros, usize)> = writes
+            .iter()
+            .filter(|(w, _)| w.commit == Commit::Committed)
+            .filter_map(|&(w, at)| Some((w.visible_at?, at, w.id)))
+            .collect();
+        confirmed.sort_unstable();
+        let mut order: Vec<usize> = (0..reacquires.len()).collect();
+        order.sort_by_key(|&j| reacquires[j].0.sent);
+        let mut latest: Vec<(Micros, usize)> = Vec::with_capacity(4);
+        let mut next = 0;
+        let mut out = vec![None; reacquires.len()];
+        for j in order {
+            let (m, src) = reacquires[j];
+            while next < confirmed.len() && confirmed[next].0 < m.sent {
+                let (_, at, id) = confirmed[next];
+                latest.push((at, id));
+                latest.sort_unstable_by(|a, b| b.cmp(a));
+                latest.truncate(3);
+                next += 1;
+            }
+            out[j] = latest
+                .iter()
+                .copied()
+                .find(|&(_, id)| id != src.id && id != m.id);
+        }
+        out
     }
 
     /// Attaches committed ok renews and releases to their grants (by epoch), checking I3/I4 basics.
@@ -641,9 +793,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
     }
 
     fn purge_between(&self, from: Micros, to: Micros) -> bool {
-        self.purges
-            .iter()
-            .any(|p| p.t1.is_some_and(|t1| t1 > from) && p.t0.is_some_and(|t0| t0 < to))
+        self.purges.between(from, to)
     }
 
     /// I3/I4: every committed ok renew extended the current, unexpired, unreleased grant.
@@ -651,7 +801,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
         for (i, l) in leases.iter().enumerate() {
             let next = leases.get(i + 1);
             for &(r, _, rid) in l.versions.iter().skip(1) {
-                let op = self.ops.iter().find(|o| o.id == rid).copied().expect("op");
+                let op = self.by_id[&rid];
                 if r < l.g_lo {
                     self.fail(
                         "I3",
@@ -719,6 +869,15 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 o.commit == Commit::Committed && matches!(o.outcome, Outcome::Fenced { .. })
             })
             .collect();
+        // Every (lease, expiry) a version of it had; the leases of higher epochs by when a client
+        // learned they committed, and by their grant instant.
+        let expiries: HashSet<(usize, Micros)> = leases
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| l.versions.iter().map(move |v| (i, v.1)))
+            .collect();
+        let by_visible = LowestAbove::new(leases, |m| m.op.visible_at.unwrap_or(u64::MAX));
+        let by_grant = LowestAbove::new(leases, |m| m.g_hi);
         for f in fences {
             self.report.stats.fences += 1;
             let (owner, epoch) = (f.call.owner().unwrap_or(""), f.call.epoch().unwrap_or(0));
@@ -756,7 +915,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 continue;
             }
             self.check_held_call(leases, i, f, "fence");
-            if !l.versions.iter().any(|v| v.1 == expires_at) {
+            if !expiries.contains(&(i, expires_at)) {
                 let ex = self.excuse(f.t1.unwrap_or(Micros::MAX), |a| {
                     matches!(a.call, Call::Renew { .. })
                         && a.call.owner() == Some(owner)
@@ -772,11 +931,15 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             // I13: no grant of a higher epoch was confirmed committed before this transaction's
             // COMMIT was even sent.
             if let Some(sent) = commit_sent {
-                for later in leases.iter().filter(|m| {
+                let committed_before = |m: &Lease| {
                     m.epoch > epoch
                         && !(f.tx.is_some() && m.op.tx == f.tx)
                         && m.op.visible_at.is_some_and(|v| v < sent)
-                }) {
+                };
+                let scan =
+                    by_visible.may_have(epoch, |v| v < sent, |j| committed_before(&leases[j]));
+                let candidates: &[Lease] = if scan { leases } else { &[] };
+                for later in candidates.iter().filter(|m| committed_before(m)) {
                     self.fail(
                         "I13",
                         format!(
@@ -793,13 +956,20 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             if let Some(pc) = pre_commit {
                 // (A grant made later in the fenced transaction itself commits with it; when the
                 // grant is ambiguous, any plausible grant op in that transaction excuses it.)
-                for later in leases.iter().filter(|m| {
+                let counted_early = |m: &Lease| {
                     m.epoch > epoch
                         && !f
                             .tx
                             .is_some_and(|t| m.op.tx == Some(t) || m.grant_txs.contains(&t))
                         && m.g_hi + WAIT_RESOLUTION <= pc
-                }) {
+                };
+                let scan = by_grant.may_have(
+                    epoch,
+                    |g| g + WAIT_RESOLUTION <= pc,
+                    |j| counted_early(&leases[j]),
+                );
+                let candidates: &[Lease] = if scan { leases } else { &[] };
+                for later in candidates.iter().filter(|m| counted_early(m)) {
                     let v = Violation {
                         invariant: "§3",
                         key: self.key.to_string(),
@@ -895,24 +1065,39 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             let slot = versions.entry((owner, ev.0, ev.1)).or_insert(at);
             *slot = (*slot).min(at);
         }
-        let mut counters: Vec<i64> = Vec::new();
+        let mut counters: HashSet<i64> = HashSet::new();
         for o in grant_ops.iter().copied().chain(self.ops.iter().copied()) {
             if o.commit == Commit::NotCommitted {
                 continue;
             }
             if let Some((e, _)) = o.granted() {
-                counters.push(e);
+                counters.insert(e);
             }
             if o.released() {
                 counters.extend(o.call.epoch().map(|e| e + 1));
             }
         }
-        // Committed grants in order of when a client learned they were committed.
+        // Committed grants in order of when a client learned they were committed, each with the
+        // highest epoch confirmed up to then.
         let mut visible: Vec<(u64, i64)> = leases
             .iter()
             .filter_map(|l| l.op.visible_at.map(|v| (v, l.epoch)))
             .collect();
         visible.sort_unstable();
+        let mut highest = i64::MIN;
+        for v in &mut visible {
+            highest = highest.max(v.1);
+            v.1 = highest;
+        }
+        // Committed grants by epoch, each with the latest earliest-instant up to its epoch.
+        let mut latest_grant: Vec<(i64, Micros)> =
+            leases.iter().map(|l| (l.epoch, l.g_lo)).collect();
+        latest_grant.sort_unstable();
+        let mut latest = Micros::MIN;
+        for g in &mut latest_grant {
+            latest = latest.max(g.1);
+            g.1 = latest;
+        }
         let mut counter_reads: Vec<(u64, u64, i64, usize)> = Vec::new(); // (sent, done, counter, id)
 
         for r in reads {
@@ -975,10 +1160,8 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                     ex,
                 );
             }
-            if let Some(&(_, e)) = visible
-                .iter()
-                .filter(|(at, _)| *at < r.sent)
-                .max_by_key(|(_, e)| *e)
+            let confirmed = visible.partition_point(|(at, _)| *at < r.sent);
+            if let Some(&(_, e)) = confirmed.checked_sub(1).map(|n| &visible[n])
                 && c < e
             {
                 let gid = leases.iter().find(|l| l.epoch == e).map(|l| l.op.id);
@@ -992,7 +1175,10 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                     None,
                 );
             }
-            for l in leases.iter().filter(|l| l.g_lo > t1 && l.epoch <= c) {
+            let up_to_c = latest_grant.partition_point(|g| g.0 <= c);
+            let later = up_to_c > 0 && latest_grant[up_to_c - 1].1 > t1;
+            let candidates: &[Lease] = if later { leases } else { &[] };
+            for l in candidates.iter().filter(|l| l.g_lo > t1 && l.epoch <= c) {
                 self.fail(
                     "I2",
                     format!(
@@ -1006,14 +1192,26 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             }
             counter_reads.push((r.sent, r.done, c, r.id));
         }
-        // Reads ordered in real time never see the counter go back.
-        let mut by_done = counter_reads.clone();
-        by_done.sort_unstable_by_key(|x| x.1);
+        // Reads ordered in real time never see the counter go back: each read against the highest
+        // counter any read reported that had returned before it was sent.
+        let mut by_done: Vec<(u64, i64, usize)> = counter_reads
+            .iter()
+            .map(|&(_, done, c, id)| (done, c, id))
+            .collect();
+        by_done.sort_unstable_by_key(|x| x.0);
+        let mut highest: (i64, usize) = (i64::MIN, 0);
+        let highest_before: Vec<(u64, (i64, usize))> = by_done
+            .iter()
+            .map(|&(done, c, id)| {
+                if c >= highest.0 {
+                    highest = (c, id);
+                }
+                (done, highest)
+            })
+            .collect();
         for &(sent, _, c, id) in &counter_reads {
-            if let Some(&(_, _, c0, id0)) = by_done
-                .iter()
-                .take_while(|x| x.1 < sent)
-                .max_by_key(|x| x.2)
+            let returned = highest_before.partition_point(|x| x.0 < sent);
+            if let Some(&(_, (c0, id0))) = returned.checked_sub(1).map(|n| &highest_before[n])
                 && c < c0
             {
                 self.fail(
@@ -1027,6 +1225,12 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
     }
 
     /// A refused acquire (wait 0) means another owner's lease was visible and unexpired then.
+    ///
+    /// A grant `g` explains a refusal `r` if it is another owner's, visible to `r` (not known
+    /// uncommitted, or in `r`'s own transaction), made before `r` returned, and it or a visible ok
+    /// renew of it expires after `r` started. Grants visible to everyone are swept in order of
+    /// their instant, keeping each owner's latest expiry and the two owners with the latest; what
+    /// only `r`'s own transaction sees is looked at for `r` alone.
     fn check_refusals(&mut self, grant_ops: &[&'a Op]) {
         let refusals: Vec<&Op> = self
             .ops
@@ -1043,41 +1247,119 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             })
             .collect();
         self.report.stats.refusals += refusals.len();
-        for r in refusals {
-            let (Some(t0), Some(t1), Some(owner)) = (r.t0, r.t1, r.call.owner()) else {
-                continue;
+        // The latest expiry ok renews visible to everyone gave each (owner, epoch).
+        let mut renewed: HashMap<(&str, i64), Micros> = HashMap::new();
+        for o in &self.ops {
+            if let (Some(x), Some(owner), Some(e)) = (o.renewed(), o.call.owner(), o.call.epoch())
+                && o.commit != Commit::NotCommitted
+            {
+                let slot = renewed.entry((owner, e)).or_insert(x);
+                *slot = (*slot).max(x);
+            }
+        }
+        let grant_ids: HashSet<usize> = grant_ops.iter().map(|g| g.id).collect();
+        let mut by_lease: HashMap<(&str, i64), Vec<&Op>> = HashMap::new();
+        for g in grant_ops {
+            if let (Some((e, _)), Some(owner)) = (g.granted(), g.call.owner()) {
+                by_lease.entry((owner, e)).or_default().push(g);
+            }
+        }
+        // Whether `g` explains `r` (the definition above, for one grant).
+        let explains = |g: &Op, r: &Op, t0: Micros, t1: Micros, owner: &str| {
+            let Some((e, x0)) = g.granted() else {
+                return false;
             };
             let visible =
                 |o: &Op| o.commit != Commit::NotCommitted || (o.tx.is_some() && o.tx == r.tx);
-            let found = grant_ops.iter().any(|g| {
-                let Some((e, x0)) = g.granted() else {
-                    return false;
-                };
-                let gowner = g.call.owner().unwrap_or("");
-                if gowner == owner || !visible(g) || self.g_lo(g) >= t1 {
-                    return false;
-                }
-                let max_x = self
-                    .ops
-                    .iter()
-                    .filter(|o| {
-                        visible(o) && o.call.owner() == Some(gowner) && o.call.epoch() == Some(e)
-                    })
-                    .filter_map(|o| o.renewed())
-                    .fold(x0, Micros::max);
-                max_x > t0
-            });
-            if !found {
-                let ex = self.excuse(t1, |a| {
-                    matches!(a.outcome, Outcome::Lost) && a.call.owner() != Some(owner)
-                });
-                self.fail(
-                    "I6",
-                    format!("acquire by {owner} refused although no other owner held the key"),
-                    vec![r.id],
-                    ex,
-                );
+            let gowner = g.call.owner().unwrap_or("");
+            if gowner == owner || !visible(g) || self.g_lo(g) >= t1 {
+                return false;
             }
+            let own_tx = r.tx.and_then(|t| self.by_tx.get(&t)).into_iter().flatten();
+            let max_x = own_tx
+                .filter(|o| {
+                    visible(o) && o.call.owner() == Some(gowner) && o.call.epoch() == Some(e)
+                })
+                .filter_map(|o| o.renewed())
+                .chain(renewed.get(&(gowner, e)).copied())
+                .fold(x0, Micros::max);
+            max_x > t0
+        };
+        // Grants visible to everyone: (instant, owner, latest expiry), by instant.
+        let mut public: Vec<(Micros, &str, Micros)> = grant_ops
+            .iter()
+            .filter(|g| g.commit != Commit::NotCommitted)
+            .filter_map(|g| {
+                let (e, x0) = g.granted()?;
+                let owner = g.call.owner().unwrap_or("");
+                let x = renewed.get(&(owner, e)).map_or(x0, |&x| x.max(x0));
+                Some((self.g_lo(g), owner, x))
+            })
+            .collect();
+        public.sort_unstable();
+        let mut order: Vec<usize> = (0..refusals.len()).collect();
+        order.sort_by_key(|&j| refusals[j].t1);
+        let mut found = vec![false; refusals.len()];
+        let mut latest: HashMap<&str, Micros> = HashMap::new();
+        // The two owners with the latest expiries among the grants swept so far.
+        let mut top: [Option<(&str, Micros)>; 2] = [None, None];
+        let mut next = 0;
+        for j in order {
+            let r = refusals[j];
+            let (Some(t0), Some(t1), Some(owner)) = (r.t0, r.t1, r.call.owner()) else {
+                continue;
+            };
+            while next < public.len() && public[next].0 < t1 {
+                let (_, o, x) = public[next];
+                let slot = latest.entry(o).or_insert(x);
+                *slot = (*slot).max(x);
+                let x = *slot;
+                match top {
+                    [Some((o1, _)), _] if o1 == o => top[0] = Some((o, x)),
+                    [Some((_, x1)), _] if x > x1 => top = [Some((o, x)), top[0]],
+                    [None, _] => top[0] = Some((o, x)),
+                    [_, Some((o2, _))] if o2 == o => top[1] = Some((o, x)),
+                    [_, Some((_, x2))] if x > x2 => top[1] = Some((o, x)),
+                    [_, None] => top[1] = Some((o, x)),
+                    _ => {}
+                }
+                next += 1;
+            }
+            let other = top.iter().flatten().find(|(o, _)| *o != owner);
+            found[j] = other.is_some_and(|&(_, x)| x > t0)
+                || r.tx.and_then(|t| self.by_tx.get(&t)).is_some_and(|own| {
+                    own.iter().any(|o| {
+                        if o.commit != Commit::NotCommitted {
+                            return false;
+                        }
+                        // An uncommitted grant of r's own transaction, or the grants an uncommitted
+                        // renew of r's own transaction extended.
+                        let lease = match (o.renewed(), o.call.owner(), o.call.epoch()) {
+                            (Some(_), Some(ow), Some(e)) => by_lease.get(&(ow, e)),
+                            _ => None,
+                        };
+                        (grant_ids.contains(&o.id) && explains(o, r, t0, t1, owner))
+                            || lease
+                                .is_some_and(|gs| gs.iter().any(|g| explains(g, r, t0, t1, owner)))
+                    })
+                });
+        }
+        for (r, found) in refusals.into_iter().zip(found) {
+            let (Some(t1), Some(owner)) = (r.t1, r.call.owner()) else {
+                continue;
+            };
+            if r.t0.is_none() || found {
+                continue;
+            }
+            let ex = self.excuse(t1, |a| {
+                matches!(a.outcome, Outcome::Lost) && a.call.owner() != Some(owner)
+            });
+            self.fail(
+                "I6",
+                format!("acquire by {owner} refused although no other owner held the key"),
+                vec![r.id],
+                ex,
+            );
         }
     }
 }

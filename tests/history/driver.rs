@@ -1,7 +1,8 @@
 //! The randomized workload: concurrent clients (each its own connection as `app`) call the API on a
 //! few hot keys, some calls inside explicit transactions that commit or roll back, while an admin
-//! connection purges now and then and a superuser connection terminates random clients' backends.
-//! Every call is recorded as an [`Op`] for the checker.
+//! connection purges now and then, a superuser connection terminates random clients' backends, and
+//! random clients' backends are frozen (SIGSTOP) for up to 400 ms and resumed. Every call is
+//! recorded as an [`Op`] for the checker.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -15,11 +16,13 @@ use crate::checker::Violation;
 use crate::model::{Call, Commit, Micros, Op, Outcome, View};
 use crate::rng::Rng;
 
-/// Shape of a run.
+/// Shape of a run. It ends when `duration` has passed or `ops` calls were recorded, whichever
+/// comes first (at least one of the two is set).
 #[derive(Debug, Clone)]
 pub struct Config {
     pub seed: u64,
-    pub duration: Duration,
+    pub duration: Option<Duration>,
+    pub ops: Option<usize>,
     pub clients: usize,
     pub keys: usize,
     pub owners: usize,
@@ -41,6 +44,10 @@ pub struct Run {
     pub ops: Vec<Op>,
     pub txs: Vec<TxRecord>,
     pub kills: usize,
+    /// Backends frozen (SIGSTOP) and resumed.
+    pub pauses: usize,
+    /// How long the workload ran.
+    pub elapsed: Duration,
     /// SQLSTATEs nobody should ever see in this workload (with the op), and other harness failures.
     pub unexpected: Vec<String>,
     /// Transactions whose server-side status contradicts what their client saw (I7).
@@ -143,7 +150,9 @@ fn classify(e: &tokio_postgres::Error) -> Fail {
 struct Ctx {
     db: String,
     start: Instant,
-    deadline: Instant,
+    deadline: Option<Instant>,
+    target: Option<usize>,
+    recorded: AtomicUsize,
     ops: Mutex<Vec<Op>>,
     txs: Mutex<Vec<TxRecord>>,
     pids: Vec<AtomicI32>,
@@ -151,6 +160,7 @@ struct Ctx {
     unexpected: Mutex<Vec<String>>,
     next_tx: AtomicUsize,
     kills: AtomicUsize,
+    pauses: AtomicUsize,
     owners: usize,
     keys: usize,
 }
@@ -161,7 +171,10 @@ impl Ctx {
     }
 
     fn running(&self) -> bool {
-        Instant::now() < self.deadline
+        self.deadline.is_none_or(|d| Instant::now() < d)
+            && self
+                .target
+                .is_none_or(|n| self.recorded.load(Ordering::Relaxed) < n)
     }
 
     fn push(&self, mut op: Op) -> usize {
@@ -169,6 +182,7 @@ impl Ctx {
         let id = ops.len();
         op.id = id;
         ops.push(op);
+        self.recorded.store(ops.len(), Ordering::Relaxed);
         id
     }
 
@@ -797,6 +811,48 @@ async fn purger(ctx: Arc<Ctx>, mut rng: Rng) {
     }
 }
 
+/// Freezes a random client's backend (SIGSTOP) for 10–400 ms, then resumes it (SIGCONT): a
+/// process pause in the middle of whatever the backend was doing (a statement, a fenced
+/// transaction holding the key's row, an idle session), which the other clients wait out or see
+/// a lease lapse through. A frozen backend cannot exit, so its pid names it until it is resumed;
+/// only a backend that was already exiting (just terminated) is gone by then, and is not counted.
+async fn pauser(ctx: Arc<Ctx>, mut rng: Rng) {
+    let cluster = server().cluster();
+    while ctx.running() {
+        tokio::time::sleep(ms(rng.range(100, 800))).await;
+        let victim = rng.below(ctx.pids.len() as u64) as usize;
+        let pid = ctx.pids[victim].load(Ordering::SeqCst);
+        // An error means the backend has exited (terminated): nothing was frozen.
+        if pid == 0 || cluster.signal_backend(pid, libc::SIGSTOP).is_err() {
+            continue;
+        }
+        tokio::time::sleep(ms(rng.range(10, 400))).await;
+        if cluster.signal_backend(pid, libc::SIGCONT).is_ok() {
+            ctx.pauses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Every minute, a line on stderr (past the test harness's capture) with the counts so far.
+async fn progress(ctx: Arc<Ctx>) {
+    let mut last = Instant::now();
+    while ctx.running() {
+        tokio::time::sleep(ms(200)).await;
+        if last.elapsed() >= Duration::from_secs(60) {
+            last = Instant::now();
+            let line = format!(
+                "history: {:.0?}: {} ops, {} backends terminated, {} paused",
+                ctx.start.elapsed(),
+                ctx.recorded.load(Ordering::Relaxed),
+                ctx.kills.load(Ordering::Relaxed),
+                ctx.pauses.load(Ordering::Relaxed),
+            );
+            let _ =
+                std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
+        }
+    }
+}
+
 async fn killer(ctx: Arc<Ctx>, mut rng: Rng) {
     let su = server().connect_super(&ctx.db).await;
     while ctx.running() {
@@ -831,17 +887,33 @@ pub async fn run(cfg: &Config) -> Run {
              GRANT INSERT, SELECT ON public.guarded_writes TO {APP};"
         ),
     );
+    let max_connections: i64 = s
+        .psql("postgres", "SHOW max_connections")
+        .trim()
+        .parse()
+        .expect("max_connections is a number");
+    // Besides the clients: the purger, the killer, this function's superuser, the other tests of
+    // the suite, and a terminated backend that is frozen still holds its slot until resumed.
+    assert!(
+        cfg.clients > 0 && (cfg.clients as i64) + 12 <= max_connections,
+        "{} clients need max_connections of at least {} (the server has {max_connections})",
+        cfg.clients,
+        cfg.clients + 12
+    );
     let ctx = Arc::new(Ctx {
         db: db.clone(),
         start: Instant::now(),
-        deadline: Instant::now() + cfg.duration,
-        ops: Mutex::new(Vec::new()),
+        deadline: cfg.duration.map(|d| Instant::now() + d),
+        target: cfg.ops,
+        recorded: AtomicUsize::new(0),
+        ops: Mutex::new(Vec::with_capacity(cfg.ops.unwrap_or(0))),
         txs: Mutex::new(Vec::new()),
         pids: (0..cfg.clients).map(|_| AtomicI32::new(0)).collect(),
         hints: Mutex::new(HashMap::new()),
         unexpected: Mutex::new(Vec::new()),
         next_tx: AtomicUsize::new(0),
         kills: AtomicUsize::new(0),
+        pauses: AtomicUsize::new(0),
         owners: cfg.owners,
         keys: cfg.keys,
     });
@@ -856,6 +928,8 @@ pub async fn run(cfg: &Config) -> Run {
     }
     tasks.push(tokio::spawn(purger(ctx.clone(), root.fork(1001))));
     tasks.push(tokio::spawn(killer(ctx.clone(), root.fork(1002))));
+    tasks.push(tokio::spawn(pauser(ctx.clone(), root.fork(1003))));
+    tasks.push(tokio::spawn(progress(ctx.clone())));
     for t in tasks {
         t.await.expect("workload task panicked");
     }
@@ -864,26 +938,43 @@ pub async fn run(cfg: &Config) -> Run {
         ops: std::mem::take(&mut *ctx.ops.lock().unwrap()),
         txs: std::mem::take(&mut *ctx.txs.lock().unwrap()),
         kills: ctx.kills.load(Ordering::Relaxed),
+        pauses: ctx.pauses.load(Ordering::Relaxed),
+        elapsed: ctx.start.elapsed(),
         unexpected: std::mem::take(&mut *ctx.unexpected.lock().unwrap()),
         ..Run::default()
     };
     run.base = run.ops.iter().filter_map(|o| o.t0).min().unwrap_or(0);
 
-    // Ask the server how every explicit transaction ended.
+    // Ask the server how every explicit transaction ended (in batches; a transaction still in
+    // progress, whose backend has not finished exiting, is asked again).
     let su = s.connect_super(&db).await;
-    for tx in &mut run.txs {
-        let mut status: Option<String> = None;
-        for _ in 0..100 {
-            status = su
-                .query_one("SELECT pg_xact_status($1::text::xid8)::text", &[&tx.xid])
+    let mut status: Vec<Option<String>> = vec![None; run.txs.len()];
+    let mut pending: Vec<usize> = (0..run.txs.len()).collect();
+    for _ in 0..100 {
+        let mut again = Vec::new();
+        for chunk in pending.chunks(10_000) {
+            let xids: Vec<&str> = chunk.iter().map(|&i| run.txs[i].xid.as_str()).collect();
+            let rows = su
+                .query(
+                    "SELECT pg_xact_status(x::xid8)::text FROM unnest($1::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n",
+                    &[&xids],
+                )
                 .await
-                .expect("pg_xact_status")
-                .get(0);
-            if status.as_deref() != Some("in progress") {
-                break;
+                .expect("pg_xact_status");
+            for (&i, row) in chunk.iter().zip(rows) {
+                status[i] = row.get(0);
+                if status[i].as_deref() == Some("in progress") {
+                    again.push(i);
+                }
             }
-            tokio::time::sleep(ms(50)).await;
         }
+        pending = again;
+        if pending.is_empty() {
+            break;
+        }
+        tokio::time::sleep(ms(50)).await;
+    }
+    for (tx, status) in run.txs.iter_mut().zip(status) {
         let server_says = match status.as_deref() {
             Some("committed") => Commit::Committed,
             Some("aborted") => Commit::NotCommitted,

@@ -2,22 +2,30 @@
 //! checked against the invariants of docs/SEMANTICS.md §9 (see `checker.rs` for what each check
 //! assumes and how unknown commit outcomes are handled).
 //!
-//! The workload (`driver.rs`): 12 clients, each with its own connection as `app`, on 5 hot keys and 4
-//! owners (so two clients often act as the same owner), with ttls of 15–300 ms, blocking and
+//! The workload (`driver.rs`): 12 clients (by default), each with its own connection as `app`, on 5
+//! hot keys and 4 owners (so two clients often act as the same owner), with ttls of 15–300 ms, blocking and
 //! non-blocking acquires, renew/release/fence with current, stale and guessed epochs, inspect and
 //! register_waiter; about 40 % of the steps run in explicit transactions (1–3 calls, a fence followed
 //! by a guarded write) that commit or roll back; an admin connection purges now and then (so the
 //! suite uses a fresh database per run); a superuser connection terminates random clients' backends
-//! (they reconnect). Transactions whose COMMIT answer was lost are resolved with `pg_xact_status`, and
-//! every transaction's fate is checked against what its client saw.
+//! (they reconnect), and random clients' backends are paused (SIGSTOP, 10–400 ms, then SIGCONT).
+//! Transactions whose COMMIT answer was lost are resolved with `pg_xact_status`, and every
+//! transaction's fate is checked against what its client saw.
 //!
 //! Environment:
 //! - `PGLEASE_HISTORY_SEED`: the seed (decimal, or hex with `0x`). Unset: a random seed. The seed is
 //!   always printed on stderr (past the test harness's capture) and in every failure message. A seed
 //!   fixes each client's sequence of choices; the interleaving still depends on timing, so a rerun
 //!   with the same seed replays the same workload, not necessarily the same history.
-//! - `PGLEASE_HISTORY_SECS`: how long the workload runs, in seconds (default 12). A soak run:
-//!   `PGLEASE_HISTORY_SECS=600 cargo test -p pglease-tests --test history`.
+//! - `PGLEASE_HISTORY_SECS`: how long the workload runs, in seconds (default 12, unless
+//!   `PGLEASE_HISTORY_OPS` is set).
+//! - `PGLEASE_HISTORY_OPS`: run until this many calls were recorded (with `PGLEASE_HISTORY_SECS`
+//!   too: whichever comes first).
+//! - `PGLEASE_HISTORY_CLIENTS`, `PGLEASE_HISTORY_KEYS`, `PGLEASE_HISTORY_OWNERS`: the workload's
+//!   shape (defaults 12, 5, 4; the server's `max_connections` of 100 allows up to 88 clients).
+//! - The soak (tests/INVARIANTS.md records a run), a million calls by 32 clients:
+//!   `PGLEASE_HISTORY_OPS=1000000 PGLEASE_HISTORY_CLIENTS=32 PGLEASE_HISTORY_KEYS=16 PGLEASE_HISTORY_OWNERS=8 cargo test -p pglease-tests --test history -- concurrent`.
+//!   The checker's time grows like n log n in the number of calls (see `checker::check`).
 //! - `PGLEASE_PG_VERSION`: the PostgreSQL major version, as for every suite.
 //!
 //! The checker itself is tested on synthetic histories that break each invariant (`selftest.rs`), so
@@ -28,6 +36,7 @@ mod driver;
 mod model;
 mod rng;
 mod selftest;
+mod synthetic;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -60,12 +69,22 @@ fn seed() -> u64 {
     }
 }
 
-fn duration() -> Duration {
-    match std::env::var("PGLEASE_HISTORY_SECS") {
-        Ok(v) => Duration::from_secs_f64(v.trim().parse().unwrap_or_else(|_| {
+fn duration() -> Option<Duration> {
+    std::env::var("PGLEASE_HISTORY_SECS").ok().map(|v| {
+        Duration::from_secs_f64(v.trim().parse().unwrap_or_else(|_| {
             panic!("PGLEASE_HISTORY_SECS must be a number of seconds, got {v:?}")
-        })),
-        Err(_) => Duration::from_secs(12),
+        }))
+    })
+}
+
+/// A positive count from `var`, or `default` when unset.
+fn count(var: &str, default: Option<usize>) -> Option<usize> {
+    match std::env::var(var) {
+        Ok(v) => match v.trim().parse() {
+            Ok(n) if n > 0 => Some(n),
+            _ => panic!("{var} must be a positive whole number, got {v:?}"),
+        },
+        Err(_) => default,
     }
 }
 
@@ -122,7 +141,7 @@ fn render(seed: u64, run: &Run, violations: &[Violation]) -> String {
     out
 }
 
-fn stats_line(run: &Run, report: &Report) -> String {
+fn stats_line(cfg: &Config, run: &Run, report: &Report, checked_in: Duration) -> String {
     let s = &report.stats;
     let committed_tx = run
         .txs
@@ -130,14 +149,21 @@ fn stats_line(run: &Run, report: &Report) -> String {
         .filter(|t| t.end == model::Commit::Committed)
         .count();
     format!(
-        "{} ops, {} transactions ({} committed, {} resolved by xid), {} backends terminated; \
-         committed: {} grants, {} re-acquires, {} renews ok, {} releases ok, {} fences; {} reads, \
-         {} refusals; {} uncommitted writes ignored; {} ambiguous writes, {} failed checks excused by them",
+        "{} ops in {:.1?} by {} clients on {} keys as {} owners, {} transactions ({} committed, {} \
+         resolved by xid), {} backends terminated, {} paused; committed: {} grants, {} re-acquires, \
+         {} renews ok, {} releases ok, {} fences; {} reads, {} refusals; {} uncommitted writes \
+         ignored; {} ambiguous writes, {} failed checks excused by them; checked in {:.1?}: {} \
+         violations",
         run.ops.len(),
+        run.elapsed,
+        cfg.clients,
+        cfg.keys,
+        cfg.owners,
         run.txs.len(),
         committed_tx,
         run.resolved,
         run.kills,
+        run.pauses,
         s.committed_grants,
         s.reacquires,
         s.ok_renews,
@@ -148,6 +174,8 @@ fn stats_line(run: &Run, report: &Report) -> String {
         s.ignored_uncommitted,
         s.ambiguous,
         report.excused.len(),
+        checked_in,
+        report.violations.len() + run.tx_violations.len(),
     )
 }
 
@@ -156,20 +184,29 @@ fn stats_line(run: &Run, report: &Report) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs() {
     let seed = seed();
-    let duration = duration();
-    say(&format!(
-        "history: seed {seed} (PGLEASE_HISTORY_SEED={seed}), {duration:?}, PostgreSQL {}",
-        server().major()
-    ));
+    let ops = count("PGLEASE_HISTORY_OPS", None);
+    let duration = duration().or(ops.is_none().then_some(Duration::from_secs(12)));
     let cfg = Config {
         seed,
         duration,
-        clients: 12,
-        keys: 5,
-        owners: 4,
+        ops,
+        clients: count("PGLEASE_HISTORY_CLIENTS", Some(12)).expect("a default"),
+        keys: count("PGLEASE_HISTORY_KEYS", Some(5)).expect("a default"),
+        owners: count("PGLEASE_HISTORY_OWNERS", Some(4)).expect("a default"),
     };
+    say(&format!(
+        "history: seed {seed} (PGLEASE_HISTORY_SEED={seed}), for {duration:?} or {ops:?} ops, {} \
+         clients, {} keys, {} owners, PostgreSQL {}",
+        cfg.clients,
+        cfg.keys,
+        cfg.owners,
+        server().major()
+    ));
     let run = driver::run(&cfg).await;
+    let checking = std::time::Instant::now();
     let report = checker::check(&run.ops);
+    let checked_in = checking.elapsed();
+    let stats_line = |run: &Run, report: &Report| stats_line(&cfg, run, report, checked_in);
     say(&format!(
         "history: seed {seed}: {}",
         stats_line(&run, &report)
@@ -195,6 +232,7 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
         ("reads", s.reads),
         ("uncommitted writes", s.ignored_uncommitted),
         ("terminated backends", run.kills),
+        ("paused backends", run.pauses),
     ];
     for (what, n) in exercised {
         assert!(

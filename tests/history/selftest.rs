@@ -4,6 +4,7 @@
 
 use crate::checker::{Report, check};
 use crate::model::{Call, Commit, Micros, Op, Outcome, View};
+use crate::synthetic;
 
 const BASE: Micros = 1_800_000_000_000_000;
 
@@ -496,4 +497,51 @@ fn checker_excuses_failures_an_ambiguous_commit_could_explain_but_not_others() {
     h.set(amb, Commit::Ambiguous, Some(4));
     h.grant("b", 2, 50, 100);
     reports(&h, &["I1"]);
+}
+
+/// The size of [`checker_accepts_a_large_valid_history`]'s history: `PGLEASE_HISTORY_CHECK_OPS`
+/// (default 100 000; the soak's 1 000 000 runs in well under a minute).
+fn large_history_ops() -> usize {
+    std::env::var("PGLEASE_HISTORY_CHECK_OPS").map_or(100_000, |v| {
+        v.trim().parse().unwrap_or_else(|_| {
+            panic!("PGLEASE_HISTORY_CHECK_OPS must be a number of operations, got {v:?}")
+        })
+    })
+}
+
+/// The checker scales: a valid history of 100 000 calls (25 000 on each of 4 keys) that takes every
+/// path of the checker is accepted. Every check indexes what it compares against (sorted by time or
+/// epoch, per key), so its work grows like n log n; a checker that compared each call with every
+/// other call of its key would take hours on this history, so this test finishing is the proof.
+#[test]
+fn checker_accepts_a_large_valid_history() {
+    let n = large_history_ops();
+    let ops = synthetic::valid_history(n, 4, 0x5eed_1e45e);
+    let r = check(&ops);
+    assert!(
+        r.violations.is_empty() && r.excused.is_empty(),
+        "{} violations, {} excused; first: {:#?}",
+        r.violations.len(),
+        r.excused.len(),
+        r.violations
+            .iter()
+            .chain(&r.excused)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    let s = &r.stats;
+    let exercised = [
+        ("committed grants", s.committed_grants),
+        ("re-acquires", s.reacquires),
+        ("ok renews", s.ok_renews),
+        ("ok releases", s.ok_releases),
+        ("passed fences", s.fences),
+        ("reads", s.reads),
+        ("refusals", s.refusals),
+        ("uncommitted writes", s.ignored_uncommitted),
+        ("ambiguous writes", s.ambiguous),
+    ];
+    for (what, count) in exercised {
+        assert!(count > n / 1000, "only {count} {what} in {n} calls: {s:?}");
+    }
 }
