@@ -155,7 +155,11 @@ async fn run_inner(
     let builder = pglease::Client::builder()
         .owner(owner.clone())
         .max_connections(2);
-    let client = target.client(builder).await?;
+    // Connecting is bounded (the connect timeout) and interruptible.
+    let client = tokio::select! {
+        client = target.client(builder) => client?,
+        sig = signals.recv_terminating() => return Ok(exit::signal_exit(sig)),
+    };
     let outcome = acquire(&client, target, &key, ttl, wait, &mut signals).await?;
     let supervision = Supervision {
         ttl,
@@ -200,7 +204,11 @@ async fn acquire(
     signals: &mut Signals,
 ) -> Result<Outcome<pglease::Lease>, BoxError> {
     let acquired = if wait.is_zero() {
-        client.try_acquire(key, ttl).await
+        // One answer, bounded by the request timeout, and interruptible (cancel safe as below).
+        tokio::select! {
+            acquired = target.answer(client.try_acquire(key, ttl)) => acquired,
+            sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
+        }
     } else {
         // Cancel safe: dropped on a signal, the library gives back whatever it was granted.
         match waiting::while_waiting(target, key, wait, signals, client.acquire(key, ttl, wait))
@@ -208,15 +216,21 @@ async fn acquire(
         {
             Waited::Done(Ok(lease)) => Ok(Some(lease)),
             Waited::Done(Err(e)) if e.is_wait_timeout() => Ok(None),
-            Waited::Done(Err(e)) => Err(e),
+            Waited::Done(Err(e)) => Err(BoxError::from(e)),
             Waited::Interrupted(sig) => return Ok(Outcome::Interrupted(sig)),
         }
     };
     match acquired? {
         Some(lease) => Ok(Outcome::Granted(lease)),
         None => {
-            let observer = target.connect().await?;
-            Ok(Outcome::Held(waiting::holder(&observer, key).await?))
+            let holder = async {
+                let observer = target.connect().await?;
+                target.answer(waiting::holder(&observer, key)).await
+            };
+            tokio::select! {
+                holder = holder => Ok(Outcome::Held(holder?)),
+                sig = signals.recv_terminating() => Ok(Outcome::Interrupted(sig)),
+            }
         }
     }
 }
