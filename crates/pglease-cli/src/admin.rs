@@ -31,25 +31,26 @@ fn via_text(via: pglease::Via) -> &'static str {
 
 /// `pglease install`.
 pub async fn install(args: InstallArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let ext = args.extension;
     let mut client = target.connect().await?;
-    let before = target.answer(pglease::installed(&client)).await?;
+    let before = target.answer(ext.installed(&client)).await?;
     let found = if args.schema_only {
-        target.answer(pglease::install(&mut client)).await?
+        target.answer(ext.install(&mut client)).await?
     } else {
-        target
-            .answer(pglease::create_extension(&mut client))
-            .await?
+        target.answer(ext.create_extension(&mut client)).await?
     };
     let changed = before.as_ref() != Some(&found);
 
     #[derive(Serialize)]
     struct Json {
+        extension: &'static str,
         version: String,
         via: &'static str,
         changed: bool,
     }
     if args.output.json {
         output::json(&Json {
+            extension: ext.name,
             version: found.version,
             via: via_name(found.via),
             changed,
@@ -61,7 +62,8 @@ pub async fn install(args: InstallArgs, target: &Target) -> Result<ExitCode, Box
             "already installed"
         };
         output::out(&format!(
-            "pg_lease {} {verb} via {} ({})\n",
+            "{} {} {verb} via {} ({})\n",
+            ext.name,
             found.version,
             via_text(found.via),
             target.describe()

@@ -148,11 +148,12 @@ pub enum Command {
     /// lease.purge(interval) to others.
     Purge(PurgeArgs),
 
-    /// Install pg_lease into the database: CREATE EXTENSION, or its SQL script with --schema-only.
+    /// Install one of our extensions (pg_lease by default) into the database, and first what it
+    /// requires: CREATE EXTENSION, or its SQL script with --schema-only.
     ///
     /// A no-op if it is already installed (either way). CREATE EXTENSION needs the extension files
-    /// on the server (`make -C extension install`); --schema-only needs nothing but CREATE on the
-    /// database, for managed PostgreSQL.
+    /// on the server (`make -C extensions/pg_lease install`); --schema-only needs nothing but CREATE
+    /// on the database, for managed PostgreSQL.
     Install(InstallArgs),
 
     /// Show the server, how pg_lease is installed, and how many leases are held, lapsed and free.
@@ -462,8 +463,12 @@ pub struct PurgeArgs {
 /// Options of `pglease install`.
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// Install by running pg_lease's SQL script (recorded in lease.schema_migrations) instead of
-    /// CREATE EXTENSION: for servers without the extension files.
+    /// Which of our extensions to install (with every extension it requires, first).
+    #[arg(value_name = "EXTENSION", default_value = "pg_lease", value_parser = parse_extension)]
+    pub extension: &'static pglease::Extension,
+
+    /// Install by running the extension's SQL script (recorded in <schema>.schema_migrations)
+    /// instead of CREATE EXTENSION: for servers without the extension files.
     #[arg(long)]
     pub schema_only: bool,
     #[command(flatten)]
@@ -554,6 +559,21 @@ impl InspectArgs {
 /// The shortest ttl `run` accepts: the keepalive needs `ttl > 2 × (ttl / 1000 + 20ms)` (its
 /// default safety margin, see the client's `ClientBuilder::safety_margin`), so 41ms.
 pub const MIN_RUN_TTL: Duration = Duration::from_millis(41);
+
+/// One of [`pglease::EXTENSIONS`], by name.
+fn parse_extension(name: &str) -> Result<&'static pglease::Extension, String> {
+    pglease::EXTENSIONS
+        .iter()
+        .copied()
+        .find(|e| e.name == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = pglease::EXTENSIONS.iter().map(|e| e.name).collect();
+            format!(
+                "no extension {name:?} (this pglease installs: {})",
+                known.join(", ")
+            )
+        })
+}
 
 /// Parses a human duration (`30s`, `2m`, `1500ms`, `1h 30m`), zero allowed, at most 365 days.
 pub fn parse_wait(s: &str) -> Result<Duration, String> {

@@ -80,6 +80,11 @@ fn every_data_command_prints_one_json_document() {
     expect_eq("purge.purged", &Value::from(1), &purged["purged"]);
 
     let installed = case.pglease(["install", "--json"]).expect_code(0).json();
+    expect_eq(
+        "install.extension",
+        &Value::from("pg_lease"),
+        &installed["extension"],
+    );
     expect_eq("install.via", &Value::from("extension"), &installed["via"]);
     expect_eq(
         "install.changed",

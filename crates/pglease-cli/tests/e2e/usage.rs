@@ -210,3 +210,25 @@ fn inspect_takes_the_key_as_an_argument_or_with_key() {
     case.pglease(["inspect"]).expect_code(2);
     case.pglease(["inspect", "a", "--key", "b"]).expect_code(2);
 }
+
+#[test]
+fn install_takes_one_of_our_extensions_by_name() {
+    let case = Case::new("usage_install");
+    let out = case
+        .pglease(["install", "pg_lease", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "install.extension",
+        &Value::from("pg_lease"),
+        &out["extension"],
+    );
+    let out = case
+        .pglease(["install", "no_such_extension"])
+        .expect_code(2);
+    assert!(
+        out.stderr().contains("pg_lease"),
+        "the error names what can be installed\n{}",
+        out.report()
+    );
+}
