@@ -1,0 +1,169 @@
+//! Unit tests of `connect.rs`.
+
+use super::*;
+use std::collections::HashMap;
+
+fn resolve(url: Option<&str>, vars: &[(&str, &str)]) -> Result<Target, ConfigError> {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let args = ConnArgs {
+        database_url: url.map(str::to_owned),
+        request_timeout: DEFAULT_REQUEST_TIMEOUT,
+    };
+    Target::resolve_with(&args, 15, &|name| vars.get(name).cloned())
+}
+
+fn remote(target: Target) -> Config {
+    match target.place {
+        Place::Remote { config, .. } => *config,
+        Place::Local { .. } => panic!("expected a remote target, got the local server"),
+    }
+}
+
+#[test]
+fn a_url_wins_and_pg_variables_fill_its_gaps() {
+    let config = remote(
+        resolve(
+            Some("postgresql://app@db.example/appdb"),
+            &[
+                ("PGHOST", "other"),
+                ("PGPASSWORD", "s3cret"),
+                ("PGPORT", "6543"),
+            ],
+        )
+        .unwrap(),
+    );
+    assert_eq!(config.get_hosts(), [Host::Tcp("db.example".into())]);
+    assert_eq!(config.get_user(), Some("app"));
+    assert_eq!(config.get_password(), Some(&b"s3cret"[..]));
+    assert_eq!(config.get_ports(), [6543]);
+    assert_eq!(config.get_dbname(), Some("appdb"));
+}
+
+#[test]
+fn pg_variables_alone_select_a_server() {
+    let config = remote(
+        resolve(
+            None,
+            &[("PGHOST", "/var/run/postgresql"), ("PGDATABASE", "jobs")],
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        config.get_hosts(),
+        [Host::Unix("/var/run/postgresql".into())]
+    );
+    assert_eq!(config.get_dbname(), Some("jobs"));
+}
+
+#[test]
+fn a_password_alone_does_not_select_a_server() {
+    assert!(matches!(
+        resolve(None, &[("PGPASSWORD", "x")]),
+        Ok(Target {
+            place: Place::Local { .. },
+            ..
+        }) | Err(ConfigError::Other(_))
+    ));
+}
+
+#[test]
+fn tls_modes_are_usage_errors() {
+    for (url, vars) in [
+        (Some("postgresql://h/db?sslmode=require"), vec![]),
+        (
+            Some("postgresql://h/db"),
+            vec![("PGSSLMODE", "verify-full")],
+        ),
+    ] {
+        assert!(matches!(resolve(url, &vars), Err(ConfigError::Usage(_))));
+    }
+    let config = remote(resolve(Some("postgresql://h/db"), &[("PGSSLMODE", "disable")]).unwrap());
+    assert_eq!(config.get_ssl_mode(), SslMode::Disable);
+}
+
+#[test]
+fn ports_in_urls_are_recognised() {
+    for url in [
+        "postgresql://h:5433/db",
+        "postgresql://u:pw@h:5433",
+        "postgresql://[::1]:5433/db",
+        "postgresql:///db?host=/tmp&port=5433",
+        "host=/tmp port=5433",
+    ] {
+        assert!(mentions_port(url), "{url}");
+    }
+    for url in [
+        "postgresql://h/db",
+        "postgresql://u:pw@h/db",
+        "postgresql://[::1]/db",
+        "host=/tmp dbname=x",
+        "",
+    ] {
+        assert!(!mentions_port(url), "{url}");
+    }
+}
+
+#[test]
+fn the_connect_timeout_follows_libpq() {
+    let limits = |url: Option<&str>, vars: &[(&str, &str)]| {
+        resolve(url, vars)
+            .map(|t| t.limits.connect)
+            .map_err(|e| match e {
+                ConfigError::Usage(m) | ConfigError::Other(m) => m,
+            })
+    };
+    let url = Some("postgresql://h/db");
+    assert_eq!(limits(url, &[]), Ok(Some(DEFAULT_CONNECT_TIMEOUT)));
+    let secs = |s| Ok(Some(Duration::from_secs(s)));
+    assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "5")]), secs(5));
+    assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "1")]), secs(2));
+    assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "0")]), Ok(None));
+    assert_eq!(limits(url, &[("PGCONNECT_TIMEOUT", "-3")]), Ok(None));
+    assert!(limits(url, &[("PGCONNECT_TIMEOUT", "soon")]).is_err());
+    // The URL's own setting wins, in either syntax.
+    let env = [("PGCONNECT_TIMEOUT", "5")];
+    assert_eq!(
+        limits(Some("postgresql://h/db?connect_timeout=7"), &env),
+        secs(7)
+    );
+    assert_eq!(
+        limits(Some("postgresql://h/db?connect_timeout=0"), &env),
+        Ok(None)
+    );
+    assert_eq!(
+        limits(Some("host=h connect_timeout = '8' dbname=x"), &env),
+        secs(8)
+    );
+    assert_eq!(limits(Some("host=h dbname=x"), &env), secs(5));
+    let config = remote(resolve(Some("postgresql://h/db"), &env).unwrap());
+    assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(5)));
+}
+
+#[test]
+fn conninfo_values_are_read_like_libpq() {
+    assert_eq!(
+        raw_param("host='/a b' connect_timeout=3", "host"),
+        Some("/a b".into())
+    );
+    assert_eq!(
+        raw_param("password='it\\'s' x=1", "password"),
+        Some("it's".into())
+    );
+    assert_eq!(raw_param("host=h", "port"), None);
+    assert_eq!(
+        raw_param("postgresql://h/db?a=1&port=5", "port"),
+        Some("5".into())
+    );
+    assert_eq!(raw_param("postgresql://h/db", "port"), None);
+}
+
+#[test]
+fn malformed_urls_are_usage_errors() {
+    assert!(matches!(
+        resolve(Some("postgresql://h:notaport/db"), &[]),
+        Err(ConfigError::Usage(_))
+    ));
+}
