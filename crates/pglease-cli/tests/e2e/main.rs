@@ -9,6 +9,7 @@ mod exit_codes;
 mod json;
 mod local;
 mod run;
+mod run_supervision;
 mod terminal;
 mod usage;
 mod verbose;
