@@ -205,6 +205,12 @@ impl Extension {
     /// # }
     /// ```
     pub async fn install(&'static self, client: &mut Client) -> Result<Installed> {
+        self.install_all(client, Via::Script).await
+    }
+
+    /// Installs this extension after what it requires, `via` either path, in one transaction
+    /// under their locks (taken in dependency order); commits only if anything changed.
+    async fn install_all(&'static self, client: &mut Client, via: Via) -> Result<Installed> {
         let all = self.with_requirements();
         let tx = client.transaction().await?;
         for ext in &all {
@@ -213,8 +219,11 @@ impl Extension {
         let mut changed = false;
         let mut last = None;
         for ext in all {
-            let (found, applied) = ext.install_in(&tx).await?;
-            changed |= applied;
+            let (found, made) = match via {
+                Via::Script => ext.install_in(&tx).await?,
+                Via::Extension => ext.create_in(&tx).await?,
+            };
+            changed |= made;
             last = Some(found);
         }
         if changed {
@@ -319,24 +328,7 @@ impl Extension {
     /// # }
     /// ```
     pub async fn create_extension(&'static self, client: &mut Client) -> Result<Installed> {
-        let all = self.with_requirements();
-        let tx = client.transaction().await?;
-        for ext in &all {
-            ext.lock(&tx).await?;
-        }
-        let mut changed = false;
-        let mut last = None;
-        for ext in all {
-            let (found, created) = ext.create_in(&tx).await?;
-            changed |= created;
-            last = Some(found);
-        }
-        if changed {
-            tx.commit().await?;
-        } else {
-            tx.rollback().await?;
-        }
-        Ok(last.expect("with_requirements includes the extension itself"))
+        self.install_all(client, Via::Extension).await
     }
 
     /// [`create_extension`](Self::create_extension)'s work for this one extension, in the
