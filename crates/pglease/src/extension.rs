@@ -107,6 +107,23 @@ pub const PG_LEASE: Extension = Extension {
     ],
 };
 
+/// pg_lease_queue: the ordered, partitioned, lease-fenced work queue (schema `lease_queue`), which
+/// requires pg_lease. The contract is docs/QUEUE.md.
+pub const PG_LEASE_QUEUE: Extension = Extension {
+    name: "pg_lease_queue",
+    schema: "lease_queue",
+    version: "0.1.0",
+    control: include_str!("../../../extensions/pg_lease_queue/pg_lease_queue.control"),
+    requires: &[&PG_LEASE],
+    lock_key: i64::from_be_bytes(*b"pglqueue"),
+    scripts: &[Migration {
+        from: None,
+        to: "0.1.0",
+        file: "pg_lease_queue--0.1.0.sql",
+        script: include_str!("../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0.sql"),
+    }],
+};
+
 /// Every extension of this library, each after the extensions it requires.
 ///
 /// # Examples
@@ -117,7 +134,7 @@ pub const PG_LEASE: Extension = Extension {
 ///         .position(|e| e.name == r.name) < pglease::EXTENSIONS.iter().position(|e| e.name == ext.name)));
 /// }
 /// ```
-pub const EXTENSIONS: &[&Extension] = &[&PG_LEASE];
+pub const EXTENSIONS: &[&Extension] = &[&PG_LEASE, &PG_LEASE_QUEUE];
 
 /// pg_lease's script files ([`PG_LEASE`]`.scripts`): install scripts and the upgrade chain.
 ///

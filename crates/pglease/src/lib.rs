@@ -129,7 +129,8 @@ pub use client::Client;
 pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
 pub use extension::{
-    CONTROL, EXTENSIONS, Extension, LOCK_KEY, MIGRATIONS, Migration, PG_LEASE, VERSION,
+    CONTROL, EXTENSIONS, Extension, LOCK_KEY, MIGRATIONS, Migration, PG_LEASE, PG_LEASE_QUEUE,
+    VERSION,
 };
 pub use fence::Fence;
 pub use guard::LeaseGuard;
