@@ -25,6 +25,9 @@ pub const ADMIN: &str = "lease_admin";
 pub const APP: &str = "app";
 /// The database shared by tests that only need the extension and their own keys.
 pub const SHARED_DB: &str = "regress";
+/// The database shared by queue tests: pg_lease_queue (and so pg_lease) created by [`ADMIN`]. Each
+/// test uses queues of its own names.
+pub const QUEUE_DB: &str = "regress_queue";
 
 /// The repository root (the workspace directory).
 pub fn repo_root() -> PathBuf {
@@ -34,16 +37,27 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The extension's control file and every versioned script, as `make install` would install them.
+/// pg_lease's control file and every versioned script, as `make install` would install them.
 pub fn extension_files() -> (PathBuf, Vec<PathBuf>) {
-    let ext = repo_root().join("extensions/pg_lease");
+    extension_files_of("pg_lease")
+}
+
+/// The control file and every versioned script of our extension `name` (a directory of
+/// `extensions/`), as `make install` would install them.
+pub fn extension_files_of(name: &str) -> (PathBuf, Vec<PathBuf>) {
+    let ext = repo_root().join("extensions").join(name);
     let mut scripts: Vec<PathBuf> = std::fs::read_dir(ext.join("sql"))
-        .expect("extensions/pg_lease/sql exists")
+        .unwrap_or_else(|e| panic!("extensions/{name}/sql: {e}"))
         .map(|e| e.expect("readable dir entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "sql")
+                && p.file_name()
+                    .and_then(|f| f.to_str())
+                    .is_some_and(|f| f.starts_with(&format!("{name}--")))
+        })
         .collect();
     scripts.sort();
-    (ext.join("pg_lease.control"), scripts)
+    (ext.join(format!("{name}.control")), scripts)
 }
 
 /// The PostgreSQL major version this test binary runs against.
@@ -71,9 +85,12 @@ pub fn server() -> &'static Server {
         let major = wanted_major();
         let installation = pgcluster::ensure(major)
             .unwrap_or_else(|e| panic!("PostgreSQL {major} is not available: {e}"));
-        let (control, scripts) = extension_files();
-        let cluster = ClusterBuilder::new(installation)
-            .extension_files(control, scripts)
+        let mut builder = ClusterBuilder::new(installation);
+        for ext in pglease::EXTENSIONS {
+            let (control, scripts) = extension_files_of(ext.name);
+            builder = builder.extension_files(control, scripts);
+        }
+        let cluster = builder
             .start()
             .unwrap_or_else(|e| panic!("could not start PostgreSQL {major}: {e}"));
         let server = Server { cluster, major };
@@ -89,6 +106,8 @@ pub fn server() -> &'static Server {
         server
     })
 }
+
+static QUEUE: OnceLock<()> = OnceLock::new();
 
 impl Server {
     /// The server's major version.
@@ -126,6 +145,26 @@ impl Server {
     /// Connects to the shared database as the application role.
     pub async fn app(&self) -> Client {
         self.connect_as(SHARED_DB, APP).await
+    }
+
+    /// The shared queue database [`QUEUE_DB`], created on first use; returns its name.
+    pub fn queue_db(&self) -> &'static str {
+        QUEUE.get_or_init(|| {
+            self.psql(
+                "postgres",
+                &format!("CREATE DATABASE {QUEUE_DB} OWNER {ADMIN}"),
+            );
+            self.psql_as(QUEUE_DB, ADMIN, "CREATE EXTENSION pg_lease_queue CASCADE;");
+        });
+        QUEUE_DB
+    }
+
+    /// Creates a new database owned by [`ADMIN`] with `CREATE EXTENSION pg_lease_queue CASCADE`
+    /// (pg_lease first) run by [`ADMIN`].
+    pub fn fresh_db_with_queue(&self, label: &str) -> String {
+        let name = self.fresh_db(label);
+        self.psql_as(&name, ADMIN, "CREATE EXTENSION pg_lease_queue CASCADE;");
+        name
     }
 
     /// Runs SQL through psql as the superuser; panics with psql's error on failure.
