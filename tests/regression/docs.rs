@@ -48,6 +48,75 @@ fn every_sqlstate_the_sql_raises_is_documented_and_in_the_rust_table() {
 }
 
 #[test]
+fn every_sqlstate_of_the_queue_is_documented_in_both_documents_and_the_rust_table() {
+    let sql = read("extensions/pg_lease_queue/sql/pg_lease_queue.sql");
+    let sqlstates = read("docs/SQLSTATES.md");
+    let queue_doc = read("docs/QUEUE.md");
+    let queue_section = sqlstates
+        .split("## Raised by pg_lease_queue")
+        .nth(1)
+        .expect("SQLSTATES.md has a pg_lease_queue section");
+    let mut raised: Vec<String> = sql
+        .split("ERRCODE = '")
+        .skip(1)
+        .map(|rest| rest[..5].to_owned())
+        .collect();
+    // Fencing codes chosen by a CASE (lease_queue._raise_fenced) or raised by lease.fence.
+    raised.extend(["LE001", "LE002", "LE003"].map(String::from));
+    raised.sort();
+    raised.dedup();
+    for code in &raised {
+        assert!(
+            pglease::sqlstate::QUEUE.iter().any(|(c, _, _)| c == code),
+            "{code} is not in pglease::sqlstate::QUEUE"
+        );
+        assert!(
+            queue_doc.contains(&format!("| `{code}` |")),
+            "{code} is not in docs/QUEUE.md §8"
+        );
+    }
+    for (code, _, _) in pglease::sqlstate::QUEUE {
+        assert!(
+            raised.iter().any(|c| c == code),
+            "QUEUE lists {code}, never raised"
+        );
+        let documented = queue_section.contains(&format!("| `{code}` |"))
+            || code.starts_with("LE") && sqlstates.contains(&format!("| `{code}` |"));
+        assert!(
+            documented,
+            "{code} is not in the queue section of docs/SQLSTATES.md"
+        );
+    }
+}
+
+#[test]
+fn every_queue_function_and_violation_is_documented() {
+    let sql = read("extensions/pg_lease_queue/sql/pg_lease_queue.sql");
+    let doc = read("docs/QUEUE.md");
+    // Every public function (no leading underscore) is in the function table.
+    for rest in sql.split("CREATE FUNCTION lease_queue.").skip(1) {
+        let name = rest.split('(').next().unwrap();
+        if !name.starts_with('_') {
+            assert!(
+                doc.contains(&format!("`{name}(")),
+                "{name} is not in docs/QUEUE.md §2"
+            );
+        }
+    }
+    // Every argument a violation can name is in the table of arguments.
+    for rest in sql.split("_violations('").skip(1) {
+        let arg = rest.split('\'').next().unwrap();
+        let arg = arg.split('[').next().unwrap();
+        if arg != "name" {
+            assert!(
+                doc.contains(&format!("`{arg}`")),
+                "argument {arg} is not in docs/QUEUE.md §7"
+            );
+        }
+    }
+}
+
+#[test]
 fn every_status_and_violation_message_is_documented() {
     let semantics = read("docs/SEMANTICS.md");
     for status in ["ok", "not_owner", "lapsed", "epoch_mismatch"] {

@@ -60,40 +60,54 @@ fn pgxs_make_install_puts_the_files_where_postgresql_looks() {
             .stdout,
     )
     .unwrap();
-    let staging = tempfile_dir("pgxs");
-    let out = Command::new("make")
-        .arg("-C")
-        .arg(repo_root().join("extensions/pg_lease"))
-        .arg("install")
-        .arg(format!("PG_CONFIG={}", pg_config.display()))
-        .arg(format!("DESTDIR={}", staging.display()))
-        .output()
-        .expect("make is installed");
-    assert!(
-        out.status.success(),
-        "make install failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ext_dir = staging
-        .join(sharedir.trim().trim_start_matches('/'))
-        .join("extension");
-    let files =
-        std::iter::once("pg_lease.control").chain(pglease::MIGRATIONS.iter().map(|m| m.file));
-    for f in files {
-        let installed =
-            std::fs::read(ext_dir.join(f)).unwrap_or_else(|e| panic!("{f} not installed: {e}"));
-        let source = if f.ends_with(".control") {
-            repo_root().join("extensions/pg_lease").join(f)
-        } else {
-            repo_root().join("extensions/pg_lease/sql").join(f)
-        };
-        assert_eq!(
-            installed,
-            std::fs::read(source).unwrap(),
-            "{f} installed as is"
+    for ext in pglease::EXTENSIONS {
+        let staging = tempfile_dir(&format!("pgxs-{}", ext.name));
+        let dir = repo_root().join("extensions").join(ext.name);
+        let out = Command::new("make")
+            .arg("-C")
+            .arg(&dir)
+            .arg("install")
+            .arg(format!("PG_CONFIG={}", pg_config.display()))
+            .arg(format!("DESTDIR={}", staging.display()))
+            .output()
+            .expect("make is installed");
+        assert!(
+            out.status.success(),
+            "make install of {} failed:\n{}",
+            ext.name,
+            String::from_utf8_lossy(&out.stderr)
         );
+        let ext_dir = staging
+            .join(sharedir.trim().trim_start_matches('/'))
+            .join("extension");
+        let control = ext.control_file();
+        let files = std::iter::once(control.as_str()).chain(ext.scripts.iter().map(|m| m.file));
+        let mut installed_files = 0;
+        for f in files {
+            let installed =
+                std::fs::read(ext_dir.join(f)).unwrap_or_else(|e| panic!("{f} not installed: {e}"));
+            let source = if f.ends_with(".control") {
+                dir.join(f)
+            } else {
+                dir.join("sql").join(f)
+            };
+            assert_eq!(
+                installed,
+                std::fs::read(source).unwrap(),
+                "{f} installed as is"
+            );
+            installed_files += 1;
+        }
+        // Nothing else: no file of another extension, no stray script.
+        assert_eq!(
+            std::fs::read_dir(&ext_dir).unwrap().count(),
+            installed_files,
+            "{}: files in {}",
+            ext.name,
+            ext_dir.display()
+        );
+        std::fs::remove_dir_all(&staging).unwrap();
     }
-    std::fs::remove_dir_all(&staging).unwrap();
 }
 
 #[tokio::test]
@@ -169,7 +183,7 @@ async fn dump_and_restore_keeps_epochs_and_the_epoch_floor() {
     );
 }
 
-fn tempfile_dir(label: &str) -> std::path::PathBuf {
+pub(crate) fn tempfile_dir(label: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("pglease-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -178,7 +192,12 @@ fn tempfile_dir(label: &str) -> std::path::PathBuf {
 
 /// Runs a PostgreSQL client program of the server under test against it, as `role`; panics with
 /// its stderr if it fails. `stdin`: fed to the program.
-fn run_client_program(program: &str, role: &str, args: &[&str], stdin: Option<Vec<u8>>) -> Vec<u8> {
+pub(crate) fn run_client_program(
+    program: &str,
+    role: &str,
+    args: &[&str],
+    stdin: Option<Vec<u8>>,
+) -> Vec<u8> {
     use std::io::Write as _;
     let s = server();
     let bindir = s.cluster().installation().bindir().to_path_buf();

@@ -5,12 +5,18 @@ use pglease_tests::{ADMIN, APP, expect_error, server};
 
 use crate::{grant, inspect, release, renew};
 
-/// One line per object of schema `lease` and per property that must match after an upgrade:
+/// One line per object of pg_lease's schema `lease` and per property that must match after an
+/// upgrade: [`api_of_extension`] for pg_lease.
+async fn api_of(db: &str) -> Vec<String> {
+    api_of_extension(db, &pglease::PG_LEASE).await
+}
+
+/// One line per object of the schema of `ext` and per property that must match after an upgrade:
 /// functions (signature, result, volatility, security, settings, privileges and the body itself, as
 /// `md5(prosrc)`), the columns of tables and row types, constraints, indexes, storage options,
 /// privileges and comments of relations, the schema's privileges, and what `pg_dump` keeps
 /// (`pg_extension_config_dump`). So the full install script and the upgrade chain cannot drift.
-async fn api_of(db: &str) -> Vec<String> {
+pub(crate) async fn api_of_extension(db: &str, ext: &pglease::Extension) -> Vec<String> {
     let c = server().connect_super(db).await;
     // Privileges compare as sets: the order of an ACL's items depends on the order of the grants.
     c.batch_execute(
@@ -19,46 +25,48 @@ async fn api_of(db: &str) -> Vec<String> {
     )
     .await
     .unwrap();
-    c.query(
+    let sql = format!(
         "SELECT format('%s(%s) -> %s %s secdef=%s config=%s acl=%s body=%s', p.proname,
                       pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
                       p.provolatile, p.prosecdef, p.proconfig, pg_temp.sorted_acl(p.proacl), md5(p.prosrc))
-           FROM pg_proc p WHERE p.pronamespace = 'lease'::regnamespace
+           FROM pg_proc p WHERE p.pronamespace = '{schema}'::regnamespace
          UNION ALL
          SELECT format('%s.%s %s notnull=%s default=%s', c.relname, a.attname,
                        format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
            FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
            LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-          WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind IN ('r', 'c')
+          WHERE c.relnamespace = '{schema}'::regnamespace AND c.relkind IN ('r', 'c')
          UNION ALL
          SELECT format('%s %s', c.relname, pg_get_indexdef(i.indexrelid))
            FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid
-          WHERE c.relnamespace = 'lease'::regnamespace
+          WHERE c.relnamespace = '{schema}'::regnamespace
          UNION ALL
          SELECT format('%s constraint %s %s', c.relname, k.conname, pg_get_constraintdef(k.oid))
            FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid
-          WHERE c.relnamespace = 'lease'::regnamespace
+          WHERE c.relnamespace = '{schema}'::regnamespace
          UNION ALL
          SELECT format('%s kind=%s options=%s acl=%s comment=%s', c.relname, c.relkind, c.reloptions,
                        pg_temp.sorted_acl(c.relacl), obj_description(c.oid, 'pg_class'))
            FROM pg_class c
-          WHERE c.relnamespace = 'lease'::regnamespace
+          WHERE c.relnamespace = '{schema}'::regnamespace
          UNION ALL
-         SELECT format('schema lease acl=%s', pg_temp.sorted_acl(n.nspacl))
-           FROM pg_namespace n WHERE n.nspname = 'lease'
+         SELECT format('schema {schema} acl=%s', pg_temp.sorted_acl(n.nspacl))
+           FROM pg_namespace n WHERE n.nspname = '{schema}'
          UNION ALL
          SELECT format('dumped %s where=%s', cfg.rel::regclass, cfg.cond)
            FROM pg_extension e,
                 unnest(e.extconfig::regclass[]::oid[], e.extcondition) AS cfg (rel, cond)
-          WHERE e.extname = 'pg_lease'
+          WHERE e.extname = '{name}'
          ORDER BY 1",
-        &[],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
+        schema = ext.schema,
+        name = ext.name,
+    );
+    c.query(&sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }
 
 /// The released versions of pg_lease, oldest first.
@@ -67,33 +75,39 @@ fn versions() -> Vec<&'static str> {
 }
 
 #[tokio::test]
-async fn the_update_chain_is_linear_from_every_version_to_the_default() {
+async fn the_update_chain_of_every_extension_is_linear_from_every_version_to_the_default() {
     let s = server();
     let db = s.fresh_db("update_paths");
     let c = s.connect_super(&db).await;
-    let rows = c
-        .query(
-            "SELECT source, target, path FROM pg_extension_update_paths('pg_lease') WHERE path IS NOT NULL",
-            &[],
-        )
-        .await
-        .unwrap();
-    let versions = versions();
-    for (i, from) in versions.iter().enumerate() {
-        for (j, to) in versions.iter().enumerate().skip(i + 1) {
-            let expected = versions[i..=j].join("--");
-            let path: Option<String> = rows
-                .iter()
-                .find(|r| r.get::<_, String>(0) == *from && r.get::<_, String>(1) == *to)
-                .map(|r| r.get(2));
-            assert_eq!(path.as_deref(), Some(expected.as_str()), "{from} -> {to}");
+    for ext in pglease::EXTENSIONS {
+        let rows = c
+            .query(
+                "SELECT source, target, path FROM pg_extension_update_paths($1) WHERE path IS NOT NULL",
+                &[&ext.name],
+            )
+            .await
+            .unwrap();
+        let versions = ext.versions();
+        assert_eq!(versions.last(), Some(&ext.version), "{}", ext.name);
+        for (i, from) in versions.iter().enumerate() {
+            for (j, to) in versions.iter().enumerate().skip(i + 1) {
+                let expected = versions[i..=j].join("--");
+                let path: Option<String> = rows
+                    .iter()
+                    .find(|r| r.get::<_, String>(0) == *from && r.get::<_, String>(1) == *to)
+                    .map(|r| r.get(2));
+                assert_eq!(
+                    path.as_deref(),
+                    Some(expected.as_str()),
+                    "{}: {from} -> {to}",
+                    ext.name
+                );
+            }
         }
+        // Exactly those paths, none going backwards.
+        let pairs = versions.len() * (versions.len() - 1) / 2;
+        assert_eq!(rows.len(), pairs, "{}: update paths {rows:?}", ext.name);
     }
-    // No path goes backwards.
-    assert!(rows.iter().all(|r| {
-        let (a, b): (String, String) = (r.get(0), r.get(1));
-        versions.iter().position(|v| *v == a) < versions.iter().position(|v| *v == b)
-    }));
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
-//! The SQLSTATEs that pg_lease's SQL API raises itself: the one table of them.
+//! The SQLSTATEs that our SQL APIs raise themselves: the one table of them per extension, [`ALL`]
+//! for pg_lease and [`QUEUE`] for pg_lease_queue.
 //!
-//! A unit test reads every `ERRCODE = '.....'` in the current install script and the upgrade
-//! scripts and checks that the set of
-//! codes equals [`ALL`], so the SQL and this table cannot drift apart. PostgreSQL's own errors (a
+//! A unit test reads every `ERRCODE = '.....'` in each extension's current install script and
+//! upgrade scripts and checks that the set of codes equals its table, so the SQL and the tables
+//! cannot drift apart. PostgreSQL's own errors (a
 //! missing privilege, a serialization failure, ...) keep their codes too; see [`crate::Error::code`].
 //!
 //! # Examples
@@ -79,6 +80,66 @@ pub const FENCE_LAPSED: &str = "LE002";
 /// ```
 pub const FENCE_EPOCH_MISMATCH: &str = "LE003";
 
+/// `LQ001`: pg_lease_queue — there is no queue of that name (or it was dropped while the call
+/// waited for its partition). Nothing changed.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::QUEUE_NOT_FOUND, "LQ001");
+/// ```
+pub const QUEUE_NOT_FOUND: &str = "LQ001";
+
+/// `LQ002`: pg_lease_queue `ack` / `nack` — the batch is not the partition's open batch at the
+/// caller's epoch (already closed by another ack, never issued, or issued to an older epoch and not
+/// yet received at this one). Nothing changed.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::BATCH_NOT_OPEN, "LQ002");
+/// ```
+pub const BATCH_NOT_OPEN: &str = "LQ002";
+
+/// `LQ003`: pg_lease_queue `nack` — the message is not in the open batch. Nothing changed.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::MESSAGE_NOT_IN_BATCH, "LQ003");
+/// ```
+pub const MESSAGE_NOT_IN_BATCH: &str = "LQ003";
+
+/// `LQ004`: pg_lease_queue `receive` — the caller holds the partition's lease at this epoch, but
+/// took it with `lease.acquire` instead of `lease_queue.claim`, so the queue knows no ttl to renew it
+/// with. Nothing changed.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::NOT_CLAIMED, "LQ004");
+/// ```
+pub const NOT_CLAIMED: &str = "LQ004";
+
+/// `55006` (`object_in_use`): pg_lease_queue `release` without `force` while the partition has an
+/// open batch, or `redrive` of a key with messages in an open batch. Nothing changed.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::BATCH_OPEN, "55006");
+/// ```
+pub const BATCH_OPEN: &str = "55006";
+
+/// `42710` (`duplicate_object`): pg_lease_queue `create_queue` of a name that exists.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::QUEUE_EXISTS, "42710");
+/// ```
+pub const QUEUE_EXISTS: &str = "42710";
+
 /// Every SQLSTATE pg_lease raises, as `(code, PostgreSQL condition name, meaning in pg_lease)`.
 ///
 /// # Examples
@@ -125,6 +186,76 @@ pub const ALL: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Every SQLSTATE pg_lease_queue raises, as `(code, PostgreSQL condition name, meaning in
+/// pg_lease_queue)`. Its fenced calls raise pg_lease's own fencing codes (`LE001`–`LE003`).
+///
+/// # Examples
+///
+/// ```
+/// assert!(pglease::sqlstate::QUEUE.iter().any(|(c, _, _)| *c == pglease::sqlstate::FENCE_LAPSED));
+/// ```
+pub const QUEUE: &[(&str, &str, &str)] = &[
+    (
+        INVALID_INPUT,
+        "invalid_parameter_value",
+        "invalid input (also a partition out of range for the queue); DETAIL names every \
+         violation; nothing changed",
+    ),
+    (
+        SCHEMA_NOT_CLEAN,
+        "object_not_in_prerequisite_state",
+        "installing pg_lease_queue: schema lease_queue is not empty; or send/send_batch with \
+         session_replication_role = replica (the commit-order trigger would not fire); nothing \
+         changed",
+    ),
+    (
+        QUEUE_EXISTS,
+        "duplicate_object",
+        "create_queue: a queue of that name exists",
+    ),
+    (
+        BATCH_OPEN,
+        "object_in_use",
+        "release without force while the partition has an open batch, or redrive of a key with \
+         messages in the open batch; nothing changed",
+    ),
+    (
+        QUEUE_NOT_FOUND,
+        "pg_lease_queue_no_such_queue",
+        "no queue of that name (or dropped while the call waited); nothing changed",
+    ),
+    (
+        BATCH_NOT_OPEN,
+        "pg_lease_queue_batch_not_open",
+        "ack/nack: not the partition's open batch at the caller's epoch; nothing changed",
+    ),
+    (
+        MESSAGE_NOT_IN_BATCH,
+        "pg_lease_queue_message_not_in_batch",
+        "nack: the message is not in the open batch; nothing changed",
+    ),
+    (
+        NOT_CLAIMED,
+        "pg_lease_queue_not_claimed",
+        "receive: the lease at this epoch was not taken through claim/claim_any; nothing changed",
+    ),
+    (
+        FENCE_NOT_OWNER,
+        "pg_lease_fence_not_owner",
+        "receive/ack/nack/release: the caller does not hold the partition; nothing changed",
+    ),
+    (
+        FENCE_LAPSED,
+        "pg_lease_fence_lapsed",
+        "receive/ack/nack/release: the caller's lease on the partition lapsed; nothing changed",
+    ),
+    (
+        FENCE_EPOCH_MISMATCH,
+        "pg_lease_fence_epoch_mismatch",
+        "receive/ack/nack/release: the caller holds the partition at another epoch; nothing changed",
+    ),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,9 +297,36 @@ mod tests {
     }
 
     #[test]
+    fn queue_sql_and_table_agree_on_the_set_of_codes() {
+        let ext = &crate::PG_LEASE_QUEUE;
+        let mut in_sql: BTreeSet<String> = ext
+            .scripts
+            .iter()
+            .filter(|m| m.from.is_some() || m.to == ext.version)
+            .flat_map(|m| errcodes(m.script))
+            .collect();
+        // The fencing codes come from lease.fence, or are chosen by a CASE (_raise_fenced).
+        for code in [FENCE_NOT_OWNER, FENCE_LAPSED, FENCE_EPOCH_MISMATCH] {
+            assert!(
+                ext.install_script().script.contains(&format!("'{code}'")),
+                "{code}"
+            );
+            in_sql.insert(code.to_owned());
+        }
+        let in_table: BTreeSet<String> = QUEUE.iter().map(|(c, _, _)| (*c).to_owned()).collect();
+        assert_eq!(in_sql, in_table, "pg_lease_queue SQL vs sqlstate::QUEUE");
+    }
+
+    #[test]
     fn table_entries_are_well_formed_and_unique() {
+        for table in [ALL, QUEUE] {
+            table_is_well_formed(table);
+        }
+    }
+
+    fn table_is_well_formed(table: &[(&str, &str, &str)]) {
         let mut seen = BTreeSet::new();
-        for (code, name, meaning) in ALL {
+        for (code, name, meaning) in table {
             assert_eq!(code.len(), 5, "{code}");
             assert!(
                 code.bytes()
