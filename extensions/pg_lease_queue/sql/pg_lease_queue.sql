@@ -1011,7 +1011,9 @@ BEGIN
     END IF;
 
     -- A new batch. The due keys and unkeyed messages, oldest first; the key rows are locked in key
-    -- order (the order producers lock them in) before their messages are read.
+    -- order (the order producers lock them in) before their messages are read. A key whose row a
+    -- producer holds at this moment (committing) is skipped, not waited for: receive never waits for
+    -- a producer, and delivering a key later is always safe.
     v_now := pg_catalog.clock_timestamp();
     v_left := receive.max;
     SELECT pg_catalog.array_agg(k.key) INTO v_keys
@@ -1020,10 +1022,11 @@ BEGIN
              ORDER BY k.ready_at, k.key
              LIMIT receive.max) AS k;
     IF v_keys IS NOT NULL THEN
-        PERFORM FROM lease_queue.keys AS k
-          WHERE k.qid = p.qid AND k.key = ANY (v_keys)
-          ORDER BY k.key
-            FOR NO KEY UPDATE;
+        SELECT pg_catalog.array_agg(l.key) INTO v_keys
+          FROM (SELECT k.key FROM lease_queue.keys AS k
+                 WHERE k.qid = p.qid AND k.key = ANY (v_keys)
+                 ORDER BY k.key
+                   FOR NO KEY UPDATE SKIP LOCKED) AS l;
     END IF;
     v_dead := '{}';
 
