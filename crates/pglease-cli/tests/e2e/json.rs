@@ -132,6 +132,44 @@ fn status_counts_held_lapsed_and_free_leases() {
 }
 
 #[test]
+fn install_schema_only_installs_the_queue_after_pg_lease_without_extension_files() {
+    let cluster = crate::common::cluster();
+    let db = "schema_only_queue";
+    cluster.create_database(db).unwrap();
+    let case = Case::new("schema_only_queue");
+    let url = cluster.url(db);
+    let out = case
+        .bare([
+            "install",
+            "pg_lease_queue",
+            "--schema-only",
+            "--json",
+            "--database-url",
+            &url,
+        ])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "install.extension",
+        &Value::from("pg_lease_queue"),
+        &out["extension"],
+    );
+    expect_eq("install.via", &Value::from("script"), &out["via"]);
+    // pg_lease came first, by script too: the lease commands work on that database.
+    case.bare(["acquire", "-k", "s", "-t", "1m", "--database-url", &url])
+        .expect_code(0);
+    let status = case
+        .bare(["status", "--json", "--database-url", &url])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "status.pg_lease.via",
+        &Value::from("script"),
+        &status["pg_lease"]["via"],
+    );
+}
+
+#[test]
 fn install_schema_only_installs_without_the_extension() {
     let cluster = crate::common::cluster();
     let db = "schema_only_target";

@@ -224,6 +224,16 @@ fn install_takes_one_of_our_extensions_by_name() {
         &out["extension"],
     );
     let out = case
+        .pglease(["install", "pg_lease_queue", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "install.extension",
+        &Value::from("pg_lease_queue"),
+        &out["extension"],
+    );
+    expect_eq("install.version", &Value::from("0.1.0"), &out["version"]);
+    let out = case
         .pglease(["install", "no_such_extension"])
         .expect_code(2);
     assert!(
