@@ -72,13 +72,14 @@ CREATE SEQUENCE lease_queue.batch_ids;
 -- lease_queue._stamp_commit_order): for one key, position order is commit order.
 CREATE SEQUENCE lease_queue.positions;
 
--- One row per queue. qid is internal: a queue dropped and created again is a new qid (its partitions'
+-- One row per queue (notify: whether sends notify channel lease_queue). qid is internal: a queue dropped and created again is a new qid (its partitions'
 -- lease keys, which are named by the queue's name, keep their epochs).
 CREATE TABLE lease_queue.queues (
     qid          bigint NOT NULL DEFAULT pg_catalog.nextval('lease_queue.queue_ids'),
     name         text COLLATE "C" NOT NULL,
     partitions   integer NOT NULL,
     max_attempts integer NOT NULL,
+    notify       boolean NOT NULL,
     created_at   timestamptz NOT NULL,
     CONSTRAINT queues_pkey PRIMARY KEY (qid),
     CONSTRAINT queues_name_key UNIQUE (name)
@@ -381,15 +382,15 @@ $$;
 -- Internal helpers (no EXECUTE for PUBLIC)
 -- ---------------------------------------------------------------------------------------------------
 
--- The queue named `queue`: (qid, partitions, max_attempts); raises LQ001 if there is none.
+-- The queue named `queue`: (qid, partitions, max_attempts, notify); raises LQ001 if there is none.
 CREATE FUNCTION lease_queue._queue(fn text, queue text,
-    OUT qid bigint, OUT partitions integer, OUT max_attempts integer)
+    OUT qid bigint, OUT partitions integer, OUT max_attempts integer, OUT notify boolean)
 RETURNS record
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    SELECT q.qid, q.partitions, q.max_attempts INTO qid, partitions, max_attempts
+    SELECT q.qid, q.partitions, q.max_attempts, q.notify INTO qid, partitions, max_attempts, notify
       FROM lease_queue.queues AS q
      WHERE q.name = _queue.queue;
     IF NOT FOUND THEN
@@ -554,13 +555,15 @@ CREATE CONSTRAINT TRIGGER messages_commit_order
     EXECUTE FUNCTION lease_queue._stamp_commit_order();
 
 -- ---------------------------------------------------------------------------------------------------
--- lease_queue.create_queue(queue, partitions, max_attempts DEFAULT 10)
+-- lease_queue.create_queue(queue, partitions, max_attempts DEFAULT 10, notify DEFAULT true)
 --
 -- Creates a queue of `partitions` partitions (1..1024, fixed for the queue's life); a message is
--- delivered at most max_attempts times (1..10000) before it is dead-lettered. 42710 if a queue of
--- that name exists; 22023 on invalid input. The installing role's (grantable).
+-- delivered at most max_attempts times (1..10000) before it is dead-lettered. With notify, sending
+-- to it notifies channel `lease_queue` (see send). 42710 if a queue of that name exists; 22023 on
+-- invalid input. The installing role's (grantable).
 -- ---------------------------------------------------------------------------------------------------
-CREATE FUNCTION lease_queue.create_queue(queue text, partitions integer, max_attempts integer DEFAULT 10)
+CREATE FUNCTION lease_queue.create_queue(
+    queue text, partitions integer, max_attempts integer DEFAULT 10, notify boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -571,17 +574,19 @@ DECLARE
 BEGIN
     IF (lease_queue._valid_name(create_queue.queue)
         AND create_queue.partitions BETWEEN 1 AND 1024
-        AND create_queue.max_attempts BETWEEN 1 AND 10000) IS NOT TRUE
+        AND create_queue.max_attempts BETWEEN 1 AND 10000
+        AND create_queue.notify IS NOT NULL) IS NOT TRUE
     THEN
         PERFORM lease_queue._raise_invalid_input('lease_queue.create_queue',
             lease_queue._name_violations('queue', create_queue.queue)
             || lease_queue._int_violations('partitions', create_queue.partitions, 1, 1024)
-            || lease_queue._int_violations('max_attempts', create_queue.max_attempts, 1, 10000));
+            || lease_queue._int_violations('max_attempts', create_queue.max_attempts, 1, 10000)
+            || CASE WHEN create_queue.notify IS NULL THEN ARRAY['notify must not be NULL'] ELSE '{}' END);
     END IF;
 
-    INSERT INTO lease_queue.queues (name, partitions, max_attempts, created_at)
+    INSERT INTO lease_queue.queues (name, partitions, max_attempts, notify, created_at)
     VALUES (create_queue.queue, create_queue.partitions, create_queue.max_attempts,
-            pg_catalog.clock_timestamp())
+            create_queue.notify, pg_catalog.clock_timestamp())
     ON CONFLICT (name) DO NOTHING
     RETURNING qid INTO v_qid;
     IF v_qid IS NULL THEN
@@ -592,6 +597,31 @@ BEGIN
     END IF;
     INSERT INTO lease_queue.partitions (qid, partition)
     SELECT v_qid, p FROM pg_catalog.generate_series(0, create_queue.partitions - 1) AS p;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.set_notify(queue, notify)
+--
+-- Turns the queue's notifications on send on or off (for transactions that begin sending after
+-- this commits). LQ001 if there is no such queue; 22023 on invalid input. The installing role's.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease_queue.set_notify(queue text, notify boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (lease_queue._valid_name(set_notify.queue) AND set_notify.notify IS NOT NULL) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.set_notify',
+            lease_queue._name_violations('queue', set_notify.queue)
+            || CASE WHEN set_notify.notify IS NULL THEN ARRAY['notify must not be NULL'] ELSE '{}' END);
+    END IF;
+    UPDATE lease_queue.queues AS q SET notify = set_notify.notify WHERE q.name = set_notify.queue;
+    IF NOT FOUND THEN
+        PERFORM lease_queue._queue('lease_queue.set_notify', set_notify.queue);
+    END IF;
 END
 $$;
 
@@ -653,7 +683,9 @@ $$;
 -- lease_queue.partition_of(key, partitions) and is delivered after every message of its key that
 -- committed before it; a NULL key means unordered (partition id mod partitions). A delayed message
 -- holds back the later messages of its key until it is delivered. Holds a FOR KEY SHARE lock on
--- the queue's row until the transaction ends (a drop_queue waits for it).
+-- the queue's row until the transaction ends (a drop_queue waits for it). If the queue notifies,
+-- sends pg_notify('lease_queue', '<queue>:<partition>'), which PostgreSQL delivers when the
+-- transaction commits (never if it rolls back), once per distinct payload per transaction.
 -- LQ001 if there is no such queue; 55000 if triggers are disabled (session_replication_role =
 -- replica: commit order could not be recorded); 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
@@ -666,7 +698,9 @@ AS $$
 DECLARE
     v_qid bigint;
     v_partitions integer;
+    v_notify boolean;
     v_id bigint;
+    v_partition integer;
     v_now timestamptz;
 BEGIN
     IF (lease_queue._valid_name(send.queue)
@@ -687,7 +721,7 @@ BEGIN
             HINT    = 'The commit order of messages is recorded by a trigger; send with origin.';
     END IF;
 
-    SELECT q.qid, q.partitions INTO v_qid, v_partitions
+    SELECT q.qid, q.partitions, q.notify INTO v_qid, v_partitions, v_notify
       FROM lease_queue.queues AS q
      WHERE q.name = send.queue
        FOR KEY SHARE;
@@ -697,11 +731,13 @@ BEGIN
 
     v_id := pg_catalog.nextval('lease_queue.message_ids');
     v_now := pg_catalog.clock_timestamp();
+    v_partition := COALESCE(lease_queue.partition_of(send.key, v_partitions), (v_id % v_partitions)::integer);
     INSERT INTO lease_queue.messages (id, qid, partition, key, payload, enqueued_at, deliver_at)
-    VALUES (v_id, v_qid,
-            COALESCE(lease_queue.partition_of(send.key, v_partitions), (v_id % v_partitions)::integer),
-            send.key, send.payload, v_now,
+    VALUES (v_id, v_qid, v_partition, send.key, send.payload, v_now,
             v_now + pg_catalog.date_part('epoch', send.delay) * interval '1 second');
+    IF v_notify THEN
+        PERFORM pg_catalog.pg_notify('lease_queue', send.queue || ':' || v_partition);
+    END IF;
     RETURN v_id;
 END
 $$;
@@ -711,7 +747,8 @@ $$;
 --
 -- send for each (keys[i], payloads[i]), in array order, in one statement; returns the ids in that
 -- order. Messages of one key in one batch keep their array order. The arrays must be
--- one-dimensional and of the same length (at most 100000). Errors as send.
+-- one-dimensional and of the same length (at most 100000). Notifies once per partition it sent to
+-- (if the queue notifies). Errors as send.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease_queue.send_batch(
     queue text, keys text[], payloads jsonb[], delay interval DEFAULT interval '0')
@@ -723,8 +760,11 @@ AS $$
 DECLARE
     v_qid bigint;
     v_partitions integer;
+    v_notify boolean;
     v_now timestamptz;
     v_bad text[];
+    v_ids bigint[];
+    v_parts integer[];
 BEGIN
     IF (lease_queue._valid_name(send_batch.queue)
         AND pg_catalog.array_ndims(send_batch.keys) IS NOT DISTINCT FROM pg_catalog.array_ndims(send_batch.payloads)
@@ -770,7 +810,7 @@ BEGIN
             HINT    = 'The commit order of messages is recorded by a trigger; send with origin.';
     END IF;
 
-    SELECT q.qid, q.partitions INTO v_qid, v_partitions
+    SELECT q.qid, q.partitions, q.notify INTO v_qid, v_partitions, v_notify
       FROM lease_queue.queues AS q
      WHERE q.name = send_batch.queue
        FOR KEY SHARE;
@@ -780,7 +820,6 @@ BEGIN
 
     v_now := pg_catalog.clock_timestamp();
     -- Ids are taken in array order, so ordering by id returns them in that order.
-    RETURN QUERY
     WITH input AS MATERIALIZED (
         SELECT pg_catalog.nextval('lease_queue.message_ids') AS id, u.k, u.p
           FROM ROWS FROM (pg_catalog.unnest(send_batch.keys), pg_catalog.unnest(send_batch.payloads))
@@ -793,9 +832,16 @@ BEGIN
                input.k, input.p, v_now,
                v_now + pg_catalog.date_part('epoch', send_batch.delay) * interval '1 second'
           FROM input
-        RETURNING lease_queue.messages.id
+        RETURNING lease_queue.messages.id, lease_queue.messages.partition
     )
-    SELECT added.id FROM added ORDER BY added.id;
+    SELECT pg_catalog.array_agg(added.id ORDER BY added.id), pg_catalog.array_agg(DISTINCT added.partition)
+      INTO v_ids, v_parts
+      FROM added;
+    IF v_notify AND v_parts IS NOT NULL THEN
+        PERFORM pg_catalog.pg_notify('lease_queue', send_batch.queue || ':' || x)
+           FROM pg_catalog.unnest(v_parts) AS x;
+    END IF;
+    RETURN QUERY SELECT x FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(x, n) ORDER BY u.n;
 END
 $$;
 
@@ -1365,6 +1411,10 @@ BEGIN
         SELECT back.id, back.qid, back.partition, NULL, NULL, back.payload, back.enqueued_at, v_now
           FROM back;
         GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF q.notify THEN
+            PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || p)
+               FROM pg_catalog.generate_series(0, q.partitions - 1) AS p;
+        END IF;
         RETURN v_count;
     END IF;
 
@@ -1399,6 +1449,9 @@ BEGIN
       FROM ordered AS o;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[redrive.key]);
+    IF q.notify AND v_count > 0 THEN
+        PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || v_partition);
+    END IF;
     RETURN v_count;
 END
 $$;
@@ -1471,15 +1524,54 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
--- lease_queue.list_queues() -> SETOF (queue_name, partitions, max_attempts, created_at)
+-- lease_queue.next_due(queue, partition) -> timestamptz
+--
+-- When the partition's next message outside the open batch becomes deliverable (in the past if one
+-- is due now; a nacked message's retry time; a delayed message's due time), or NULL if none is
+-- pending. For a consumer that found nothing to receive: sleep until then or until a notification.
+-- Advisory (no locks, not fenced), through the indexes of receive. LQ001 no such queue; 22023.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease_queue.next_due(queue text, partition integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+BEGIN
+    IF (lease_queue._valid_name(next_due.queue) AND next_due.partition BETWEEN 0 AND 1023) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.next_due',
+            lease_queue._name_violations('queue', next_due.queue)
+            || lease_queue._int_violations('partition', next_due.partition, 0, 1023));
+    END IF;
+    q := lease_queue._queue('lease_queue.next_due', next_due.queue);
+    IF next_due.partition >= q.partitions THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.next_due', ARRAY['partition must be in [0, '
+            || q.partitions || ') for queue ' || pg_catalog.quote_literal(next_due.queue)
+            || ' (got ' || next_due.partition || ')']);
+    END IF;
+    RETURN LEAST(
+        (SELECT k.ready_at FROM lease_queue.keys AS k
+          WHERE k.qid = q.qid AND k.partition = next_due.partition AND k.ready_at IS NOT NULL
+          ORDER BY k.ready_at LIMIT 1),
+        (SELECT m.deliver_at FROM lease_queue.messages AS m
+          WHERE m.qid = q.qid AND m.partition = next_due.partition AND m.key IS NULL AND m.batch_id IS NULL
+          ORDER BY m.deliver_at, m.id LIMIT 1));
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.list_queues() -> SETOF (queue_name, partitions, max_attempts, notify, created_at)
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease_queue.list_queues()
-RETURNS TABLE (queue_name text, partitions integer, max_attempts integer, created_at timestamptz)
+RETURNS TABLE (queue_name text, partitions integer, max_attempts integer, notify boolean,
+               created_at timestamptz)
 LANGUAGE sql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT q.name::text, q.partitions, q.max_attempts, q.created_at
+    SELECT q.name::text, q.partitions, q.max_attempts, q.notify, q.created_at
       FROM lease_queue.queues AS q
      ORDER BY q.name
 $$;
@@ -1562,11 +1654,13 @@ REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[]) FROM P
 REVOKE ALL ON FUNCTION lease_queue._bury(bigint[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._stamp_commit_order() FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION lease_queue.create_queue(text, integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue.create_queue(text, integer, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue.set_notify(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.drop_queue(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.redrive(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.discard_dead_letters(text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION lease_queue.create_queue(text, integer, integer) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION lease_queue.create_queue(text, integer, integer, boolean) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION lease_queue.set_notify(text, boolean) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION lease_queue.drop_queue(text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION lease_queue.redrive(text, text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION lease_queue.discard_dead_letters(text, interval) TO @extowner@ WITH GRANT OPTION;
