@@ -14,6 +14,7 @@ mod invalid_input;
 mod list;
 mod privileges;
 mod purge;
+mod queue;
 mod queue_install;
 mod release;
 mod renew;

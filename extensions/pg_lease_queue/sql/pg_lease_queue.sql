@@ -487,7 +487,8 @@ BEGIN
 END
 $$;
 
--- Move the messages `ids` to the dead letters (in one statement), with `reason`.
+-- Move the messages `ids` to the dead letters (in one statement), with `reason`. They die at one
+-- instant (the clock is read once), so list_dead_letters lists them in id order.
 CREATE FUNCTION lease_queue._bury(ids bigint[], reason text)
 RETURNS void
 LANGUAGE sql VOLATILE
@@ -495,14 +496,17 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     WITH gone AS (
         DELETE FROM lease_queue.messages AS m WHERE m.id = ANY (ids) RETURNING m.*
+    ), death AS MATERIALIZED (
+        SELECT pg_catalog.clock_timestamp() AS at
     )
     INSERT INTO lease_queue.dead_letters
            (id, qid, queue, partition, key, seq, payload, enqueued_at, attempts, reason, epoch,
             batch_id, dead_at)
     SELECT g.id, g.qid, q.name, g.partition, g.key, g.seq, g.payload, g.enqueued_at, g.attempts,
-           COALESCE(_bury.reason, g.reason), g.epoch, g.last_batch_id, pg_catalog.clock_timestamp()
+           COALESCE(_bury.reason, g.reason), g.epoch, g.last_batch_id, death.at
       FROM gone AS g
       JOIN lease_queue.queues AS q ON q.qid = g.qid
+      CROSS JOIN death
 $$;
 
 -- The commit-order stamp (a deferred constraint trigger on lease_queue.messages, for keyed messages
@@ -1422,7 +1426,7 @@ BEGIN
     PERFORM lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition);
     INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
     VALUES (q.qid, redrive.key, v_partition, v_now)
-    ON CONFLICT (qid, key) DO NOTHING;
+    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
     SELECT k.ready_at INTO v_ready
       FROM lease_queue.keys AS k WHERE k.qid = q.qid AND k.key = redrive.key FOR NO KEY UPDATE;
     IF v_ready IS NULL THEN
@@ -1617,7 +1621,8 @@ BEGIN
           LEFT JOIN LATERAL lease.inspect(lease_queue.lease_key(q.name, p.partition)) AS l ON true
           CROSS JOIN LATERAL (
                 SELECT pg_catalog.count(*) AS pending, pg_catalog.min(x.enqueued_at) AS oldest,
-                       pg_catalog.count(*) FILTER (WHERE x.retry AND x.batch_id IS NULL) AS held_back
+                       pg_catalog.count(DISTINCT x.key) FILTER (WHERE x.retry AND x.batch_id IS NULL)
+                           AS held_back
                   FROM lease_queue.messages AS x
                  WHERE x.qid = q.qid AND x.partition = p.partition
                    AND (x.key IS NOT NULL AND x.seq IS NOT NULL

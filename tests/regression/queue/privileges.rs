@@ -1,0 +1,242 @@
+//! Privileges: the functions are the only way to the queue's state; administration is the
+//! installing role's; internal helpers are no one's but the owner's.
+
+use pglease_tests::{ADMIN, APP, expect_error, server};
+
+use super::{Fixture, code, create_queue, dead_letters, try_drop_queue, try_redrive};
+
+const TABLES: [&str; 5] = ["queues", "partitions", "messages", "keys", "dead_letters"];
+const SEQUENCES: [&str; 4] = ["queue_ids", "message_ids", "batch_ids", "positions"];
+
+#[tokio::test]
+async fn the_application_role_cannot_read_or_write_any_queue_table() {
+    let f = Fixture::new("app_cannot_touch_the_tables", 1, 10).await;
+    f.send(Some("k"), "m").await;
+    let before = f.snapshot().await;
+    for t in TABLES {
+        for sql in [
+            format!("SELECT * FROM lease_queue.{t}"),
+            format!("SELECT count(*) FROM lease_queue.{t}"),
+            format!("INSERT INTO lease_queue.{t} SELECT * FROM lease_queue.{t}"),
+            format!("INSERT INTO lease_queue.{t} DEFAULT VALUES"),
+            format!("UPDATE lease_queue.{t} SET qid = qid"),
+            format!("DELETE FROM lease_queue.{t}"),
+            format!("TRUNCATE lease_queue.{t}"),
+            format!("COPY lease_queue.{t} TO STDOUT"),
+        ] {
+            assert_eq!(expect_error(&f.app, &sql).await.code, "42501", "{sql}");
+        }
+    }
+    assert_eq!(f.snapshot().await, before);
+}
+
+#[tokio::test]
+async fn the_application_role_cannot_use_the_queue_sequences() {
+    let c = Fixture::connect("app_cannot_use_the_sequences").await.app;
+    for s in SEQUENCES {
+        for sql in [
+            format!("SELECT nextval('lease_queue.{s}')"),
+            format!("SELECT setval('lease_queue.{s}', 1)"),
+            format!("SELECT * FROM lease_queue.{s}"),
+            format!("SELECT currval('lease_queue.{s}')"),
+            format!("ALTER SEQUENCE lease_queue.{s} RESTART"),
+        ] {
+            assert_eq!(expect_error(&c, &sql).await.code, "42501", "{sql}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_application_role_cannot_call_the_administration_functions() {
+    let f = Fixture::new("app_cannot_administer", 1, 1).await;
+    let e = f.claim(0, "w").await;
+    f.send(Some("k"), "m").await;
+    let b = f.receive(0, "w", e, 10).await;
+    let r = (f.q.as_str(), 0, "w", e, b[0].batch_id);
+    super::nack(&f.app, r, b[0].id, "0", None).await;
+    f.ack(0, "w", e, b[0].batch_id).await;
+    assert_eq!(
+        dead_letters(&f.app, &f.q).await.len(),
+        1,
+        "app may list them"
+    );
+    let before = f.snapshot().await;
+    let new_q = format!("{}.new", f.q);
+    assert_eq!(
+        expect_error(
+            &f.app,
+            &format!("SELECT lease_queue.create_queue('{new_q}', 1)")
+        )
+        .await
+        .code,
+        "42501"
+    );
+    assert_eq!(code(try_drop_queue(&f.app, &f.q).await), "42501");
+    assert_eq!(code(try_redrive(&f.app, &f.q, Some("k")).await), "42501");
+    assert_eq!(code(try_redrive(&f.app, &f.q, None).await), "42501");
+    assert_eq!(
+        expect_error(
+            &f.app,
+            &format!("SELECT lease_queue.discard_dead_letters('{}')", f.q)
+        )
+        .await
+        .code,
+        "42501"
+    );
+    assert_eq!(f.snapshot().await, before);
+    let n: i64 =
+        f.su.query_one(
+            "SELECT count(*) FROM lease_queue.queues WHERE name = $1",
+            &[&new_q],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn no_internal_helper_is_executable_by_the_application_role_or_public() {
+    let f = Fixture::connect("internal_helpers_are_private").await;
+    let rows =
+        f.su.query(
+            "SELECT p.oid::regprocedure::text,
+                    has_function_privilege($1, p.oid, 'EXECUTE'),
+                    has_function_privilege('public', p.oid, 'EXECUTE')
+               FROM pg_proc AS p
+              WHERE p.pronamespace = 'lease_queue'::regnamespace AND left(p.proname, 1) = '_'
+              ORDER BY 1",
+            &[&APP],
+        )
+        .await
+        .unwrap();
+    assert!(rows.len() >= 13, "the helpers are there: {}", rows.len());
+    for r in &rows {
+        let name: String = r.get(0);
+        assert!(!r.get::<_, bool>(1), "{APP} may execute {name}");
+        assert!(!r.get::<_, bool>(2), "PUBLIC may execute {name}");
+    }
+    for sql in [
+        "SELECT lease_queue._valid_name('q')",
+        "SELECT lease_queue._queue('f', 'q')",
+        "SELECT lease_queue._raise_invalid_input('f', ARRAY['x'])",
+        "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'])",
+        "SELECT lease_queue._bury(ARRAY[1::bigint], 'r')",
+        "SELECT * FROM lease_queue._lock_partition('f', 'q', 0)",
+    ] {
+        assert_eq!(expect_error(&f.app, sql).await.code, "42501", "{sql}");
+    }
+}
+
+#[tokio::test]
+async fn every_public_function_is_callable_by_the_application_role_with_a_pinned_search_path() {
+    let f = Fixture::connect("public_functions_are_pinned").await;
+    let rows =
+        f.su.query(
+            "SELECT p.proname::text, p.prosecdef, p.proconfig,
+                    has_function_privilege($1, p.oid, 'EXECUTE')
+               FROM pg_proc AS p
+              WHERE p.pronamespace = 'lease_queue'::regnamespace AND left(p.proname, 1) <> '_'
+              ORDER BY 1",
+            &[&APP],
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(
+        names,
+        [
+            "ack",
+            "claim",
+            "claim_any",
+            "create_queue",
+            "discard_dead_letters",
+            "drop_queue",
+            "lease_key",
+            "list_dead_letters",
+            "list_queues",
+            "nack",
+            "next_due",
+            "partition_of",
+            "receive",
+            "redrive",
+            "release",
+            "send",
+            "send_batch",
+            "set_notify",
+            "status",
+            "version"
+        ]
+    );
+    let admin_only = [
+        "create_queue",
+        "discard_dead_letters",
+        "drop_queue",
+        "redrive",
+        "set_notify",
+    ];
+    let pure = ["lease_key", "partition_of", "version"];
+    for r in rows {
+        let name: String = r.get(0);
+        let config: Vec<String> = r.get(2);
+        assert_eq!(
+            config,
+            ["search_path=pg_catalog, pg_temp"],
+            "{name} pins its search_path"
+        );
+        assert_eq!(
+            r.get::<_, bool>(1),
+            !pure.contains(&name.as_str()),
+            "{name}: SECURITY DEFINER exactly when it touches the state"
+        );
+        assert_eq!(
+            r.get::<_, bool>(3),
+            !admin_only.contains(&name.as_str()),
+            "{name}: executable by {APP}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_installing_role_may_read_and_append_the_tables_but_not_change_them() {
+    let f = Fixture::new("admin_may_read_and_append", 1, 10).await;
+    f.send(Some("k"), "m").await;
+    let before = f.snapshot().await;
+    for t in TABLES {
+        f.admin
+            .batch_execute(&format!("SELECT * FROM lease_queue.{t} LIMIT 1"))
+            .await
+            .unwrap();
+        for sql in [
+            format!("UPDATE lease_queue.{t} SET qid = qid"),
+            format!("DELETE FROM lease_queue.{t}"),
+            format!("TRUNCATE lease_queue.{t}"),
+        ] {
+            assert_eq!(expect_error(&f.admin, &sql).await.code, "42501", "{sql}");
+        }
+    }
+    assert_eq!(f.snapshot().await, before);
+}
+
+#[tokio::test]
+async fn the_installing_role_may_grant_administration_on_to_another_role() {
+    let s = server();
+    let db = s.fresh_db_with_queue("queue_grant_admin");
+    let admin = s.connect_as(&db, ADMIN).await;
+    let app = s.connect_as(&db, APP).await;
+    assert_eq!(
+        expect_error(&app, "SELECT lease_queue.create_queue('granted', 1)")
+            .await
+            .code,
+        "42501"
+    );
+    admin
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION lease_queue.create_queue(text, integer, integer, boolean), \
+                                       lease_queue.drop_queue(text) TO {APP}"
+        ))
+        .await
+        .unwrap();
+    create_queue(&app, "granted", 2, 10).await;
+    try_drop_queue(&app, "granted").await.unwrap();
+}
