@@ -297,3 +297,65 @@ async fn the_installing_role_decides_who_may_call_the_api_also_after_an_update()
             .unwrap();
     }
 }
+
+/// Whether `c` may create a function in schema `schema`: Ok, or the SQLSTATE of the refusal.
+async fn can_create_in(c: &Client, schema: &str) -> Result<(), String> {
+    let r = c
+        .batch_execute(&format!(
+            "CREATE FUNCTION {schema}.planted() RETURNS int LANGUAGE sql AS 'SELECT 1'"
+        ))
+        .await;
+    match r {
+        Ok(()) => {
+            c.batch_execute(&format!("DROP FUNCTION {schema}.planted()"))
+                .await
+                .unwrap();
+            Ok(())
+        }
+        Err(e) => Err(pglease_tests::sqlstate(&e).unwrap_or_default()),
+    }
+}
+
+/// Found by the queue's hostile suite: CREATE granted on a pre-created schema `lease` survived the
+/// installation (ALTER SCHEMA ... OWNER keeps grants), so its grantee could plant objects the
+/// functions resolve as the bootstrap superuser. 0.5.0 revokes such grants at installation, and
+/// its update revokes CREATE from everyone but the owner, keeping who may use the API.
+#[tokio::test]
+async fn create_granted_on_a_pre_created_schema_does_not_survive_installation_or_the_update() {
+    let s = server();
+    let pregrant = "CREATE SCHEMA lease; GRANT USAGE, CREATE ON SCHEMA lease TO PUBLIC";
+
+    // A fresh installation of the current version.
+    let db = s.fresh_db("pregranted_fresh");
+    let admin = s.connect_as(&db, ADMIN).await;
+    let app = s.connect_as(&db, APP).await;
+    admin.batch_execute(pregrant).await.unwrap();
+    admin
+        .batch_execute("CREATE EXTENSION pg_lease")
+        .await
+        .unwrap();
+    assert_eq!(can_create_in(&app, "lease").await, Err("42501".into()));
+    assert_eq!(can_create_in(&admin, "lease").await, Err("42501".into()));
+    app.batch_execute("SELECT * FROM lease.inspect('k')")
+        .await
+        .unwrap();
+
+    // 0.4.0 kept the grant; the update to the current version takes it away and keeps USAGE.
+    let db = s.fresh_db("pregranted_update");
+    let admin = s.connect_as(&db, ADMIN).await;
+    let app = s.connect_as(&db, APP).await;
+    admin.batch_execute(pregrant).await.unwrap();
+    admin
+        .batch_execute("CREATE EXTENSION pg_lease VERSION '0.4.0'")
+        .await
+        .unwrap();
+    assert_eq!(can_create_in(&app, "lease").await, Ok(()), "the 0.4.0 hole");
+    admin
+        .batch_execute("ALTER EXTENSION pg_lease UPDATE")
+        .await
+        .unwrap();
+    assert_eq!(can_create_in(&app, "lease").await, Err("42501".into()));
+    app.batch_execute("SELECT * FROM lease.inspect('k')")
+        .await
+        .unwrap();
+}

@@ -22,6 +22,7 @@ mod inputs;
 mod installer;
 mod privileges;
 mod props;
+mod queue;
 mod search_path;
 mod settings;
 mod verdicts;

@@ -24,9 +24,14 @@
 //!     s1_begin s1_release s2_acquire_wait(s1_commit) s1_commit
 //! ```
 //!
-//! - `setup { SQL }` runs as the role `app` before each permutation, before its sessions connect;
-//!   `teardown { SQL }` runs as `app` after each permutation, once all its steps have completed.
-//!   Neither shows in the output. Several of each run in the order written.
+//! - `database lease` (the default) or `database queue`, at most once: which shared database the
+//!   spec runs in. `lease` is the database with pg_lease; `queue` the one with pg_lease_queue (and
+//!   so pg_lease), where setup and teardown run as the installing role `lease_admin`, which alone
+//!   may create and drop queues. Sessions are `app` in both.
+//! - `setup { SQL }` runs as the role `app` (`lease_admin` in `database queue`) before each
+//!   permutation, before its sessions connect; `teardown { SQL }` runs as that role after each
+//!   permutation, once all its steps have completed. Neither shows in the output. Several of each
+//!   run in the order written.
 //! - `session NAME` starts a session (its own connection as `app`); the `step`s that follow, up to
 //!   the next `session` or `permutation`, are its steps. `session NAME timer` marks a session whose
 //!   steps only wait for the server clock: its `pg_sleep` is never reported as waiting.
@@ -38,10 +43,12 @@
 //!   `spec.rs`). Permutation names are unique in the spec and name the property the transcript
 //!   shows; they appear in the output and may contain `/` to tell variants apart.
 //! - A SQL block runs from `{` to the first `}`, so its SQL cannot contain `}`. Its whitespace is
-//!   collapsed to single spaces in the output. SQL names its key `'k'`; each run of a permutation
-//!   replaces `'k'` with a never-used key (the output shows `'k'`).
-//! - Names are letters, digits and `_` (and `/` in permutation names); keywords (`setup`,
-//!   `teardown`, `session`, `timer`, `step`, `permutation`) are not names.
+//!   collapsed to single spaces in the output. SQL names its key `'k'` and its queue `'q'`; each
+//!   run of a permutation replaces `'k'` with a never-used key and `'q'` with a never-used queue
+//!   name, also inside the literal lease keys of its partitions (`'lease_queue:q:0'`, and the
+//!   prefix `'lease_queue:q:'`); the output shows the SQL as written.
+//! - Names are letters, digits and `_` (and `/` in permutation names); keywords (`database`,
+//!   `setup`, `teardown`, `session`, `timer`, `step`, `permutation`) are not names.
 //!
 //! The expected output, `tests/isolation/expected/NAME.out`, holds each permutation in the order
 //! written: a line `permutation NAME: STEP...` and then its transcript (see `spec.rs`), with a
@@ -50,7 +57,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use crate::spec::{Permutation, SessionDef, Spec, StepRef};
+use crate::spec::{Database, Permutation, SessionDef, Spec, StepRef};
 
 /// Why a spec file could not be read: the file, the line, and what was wrong there.
 #[derive(Debug)]
@@ -68,7 +75,8 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-const KEYWORDS: [&str; 6] = [
+const KEYWORDS: [&str; 7] = [
+    "database",
     "setup",
     "teardown",
     "session",
@@ -104,6 +112,7 @@ impl Spec {
         let mut session_lines = Vec::new();
         let mut permutation_lines = Vec::new();
         let mut step_names = HashSet::new();
+        let mut database_line = None;
         let mut i = 0;
         while i < tokens.len() {
             let (line, token) = &tokens[i];
@@ -119,6 +128,26 @@ impl Spec {
                 }
             };
             match keyword {
+                "database" => {
+                    let which =
+                        name(&tokens, &mut i, "database", false).map_err(|m| error(line, m))?;
+                    if let Some(first) = database_line.replace(line) {
+                        return Err(error(
+                            line,
+                            format!("`database` is given twice (first on line {first})"),
+                        ));
+                    }
+                    spec.database = match which.as_str() {
+                        "lease" => Database::Lease,
+                        "queue" => Database::Queue,
+                        other => {
+                            return Err(error(
+                                line,
+                                format!("unknown database {other:?} (`lease` or `queue`)"),
+                            ));
+                        }
+                    };
+                }
                 "setup" | "teardown" => {
                     let sql = block(&tokens, &mut i, line, keyword).map_err(|m| error(line, m))?;
                     if keyword == "setup" {
@@ -189,8 +218,8 @@ impl Spec {
                     return Err(error(
                         line,
                         format!(
-                            "expected `setup`, `teardown`, `session`, `step` or `permutation`, \
-                             found {other:?}"
+                            "expected `database`, `setup`, `teardown`, `session`, `step` or \
+                             `permutation`, found {other:?}"
                         ),
                     ));
                 }
@@ -380,6 +409,7 @@ mod tests {
             [("s1_a".to_owned(), "SELECT 1 AS a".to_owned())]
         );
         assert!(!spec.sessions[1].sleep_is_waiting, "a timer session");
+        assert_eq!(spec.database, Database::Lease, "the default database");
         let names: Vec<&str> = spec.permutations.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["one/variant", "two"]);
         let one = &spec.permutations[0].steps;
@@ -390,6 +420,26 @@ mod tests {
         assert_eq!(
             (one[1].name.as_str(), one[1].woken_by.as_deref()),
             ("t_b", Some("s1_a"))
+        );
+    }
+
+    #[test]
+    fn database_queue_selects_the_queue_database() {
+        let spec = Spec::parse(
+            "t.spec",
+            "database queue\nsession s1\nstep s1_a { SELECT 1 }\npermutation p s1_a",
+        )
+        .unwrap();
+        assert_eq!(spec.database, Database::Queue);
+        assert_eq!(
+            err(
+                "database queue\ndatabase lease\nsession s1\nstep s1_a { SELECT 1 }\npermutation p s1_a"
+            ),
+            "t.spec:2: `database` is given twice (first on line 1)"
+        );
+        assert_eq!(
+            err("database regress\nsession s1\nstep s1_a { SELECT 1 }\npermutation p s1_a"),
+            "t.spec:1: unknown database \"regress\" (`lease` or `queue`)"
         );
     }
 
@@ -437,8 +487,8 @@ mod tests {
         );
         assert_eq!(
             err("sesion s1"),
-            "t.spec:1: expected `setup`, `teardown`, `session`, `step` or `permutation`, \
-             found \"sesion\""
+            "t.spec:1: expected `database`, `setup`, `teardown`, `session`, `step` or \
+             `permutation`, found \"sesion\""
         );
         assert_eq!(
             err("session s1\nstep s1_a { SELECT 1 }\npermutation p\npermutation q s1_a"),

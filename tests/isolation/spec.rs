@@ -2,9 +2,15 @@
 //! permutations of a [`Spec`] (named sessions, each its own connection as the role `app`; named SQL
 //! steps; explicit permutations of step names), read from a spec file (the format: `parse.rs`).
 //!
-//! Steps, setup and teardown name the key they work on `'k'`; every run of a permutation replaces `'k'` with a
-//! key of its own (`'iso<n>/k'`, in the shared database), so each run starts from a key that was
-//! never used, and transcripts show the SQL as written.
+//! A spec runs in one of two shared databases ([`Database`]): the one with pg_lease (setup and
+//! teardown as `app`), or the one with pg_lease_queue (setup and teardown as the installing role,
+//! which alone may create and drop queues).
+//!
+//! Steps, setup and teardown name the key they work on `'k'` and the queue `'q'`; every run of a
+//! permutation replaces `'k'` with a key of its own (`'iso<n>/k'`) and `'q'` with a queue name of
+//! its own (`'iso<n>.q'`, also in the literal lease keys `'lease_queue:q:...`), so each run starts
+//! from a key and a queue that were never used (a new queue's partitions are first claimed at
+//! epoch 1), and transcripts show the SQL as written.
 //!
 //! Steps run one at a time, in the permutation's order. After starting a step the runner waits until
 //! it either completes or is seen *blocked* from a separate observer connection (a superuser):
@@ -38,28 +44,54 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use pglease_tests::{backend_pid, server};
+use pglease_tests::{ADMIN, APP, SHARED_DB, backend_pid, server};
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// How long any single step may run (or a woken step may take to finish) before the spec fails.
 const STEP_LIMIT: Duration = Duration::from_secs(60);
 
-/// Numbers the runs, for their keys.
+/// Numbers the runs, for their keys and queues.
 static RUNS: AtomicU32 = AtomicU32::new(0);
 
 /// A spec: setup and teardown SQL, sessions with their steps, and the permutations to run (read
 /// from a spec file by [`Spec::parse`]).
 #[derive(Debug, Default)]
 pub struct Spec {
-    /// SQL run as `app` before each permutation's sessions connect (not in the transcript).
+    /// The shared database the spec runs in.
+    pub database: Database,
+    /// SQL run (as the database's setup role) before each permutation's sessions connect (not in
+    /// the transcript).
     pub setup: Vec<String>,
-    /// SQL run as `app` after each permutation's steps have all completed (not in the transcript).
+    /// SQL run (as the database's setup role) after each permutation's steps have all completed
+    /// (not in the transcript).
     pub teardown: Vec<String>,
     /// The sessions, in the order they were defined.
     pub sessions: Vec<SessionDef>,
     /// The permutations, in the order they were defined.
     pub permutations: Vec<Permutation>,
+}
+
+/// The shared database a spec runs in (`database NAME` in the spec file).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    /// The shared database with pg_lease; setup and teardown run as `app`.
+    #[default]
+    Lease,
+    /// The shared database with pg_lease_queue (and pg_lease), created by the installing role;
+    /// setup and teardown run as that role, which alone may create and drop queues.
+    Queue,
+}
+
+impl Database {
+    /// The database's name (the queue database is created on first use) and the role that runs
+    /// setup and teardown there.
+    fn name_and_setup_role(self) -> (&'static str, &'static str) {
+        match self {
+            Database::Lease => (SHARED_DB, APP),
+            Database::Queue => (server().queue_db(), ADMIN),
+        }
+    }
 }
 
 /// A session: its own connection as `app`, and its steps.
@@ -137,10 +169,17 @@ impl Spec {
         out
     }
 
-    /// Runs one permutation on a key of its own and returns its transcript.
+    /// Runs one permutation on a key and a queue of its own and returns its transcript.
     async fn run_permutation(&self, permutation: &Permutation) -> String {
-        let key = format!("'iso{}/k'", RUNS.fetch_add(1, Ordering::Relaxed));
-        let own_key = |sql: &str| sql.replace("'k'", &key);
+        let run_no = RUNS.fetch_add(1, Ordering::Relaxed);
+        let key = format!("'iso{run_no}/k'");
+        let queue = format!("iso{run_no}.q");
+        let (queue_literal, lease_keys) = (format!("'{queue}'"), format!("'lease_queue:{queue}:"));
+        let own_key = |sql: &str| {
+            sql.replace("'k'", &key)
+                .replace("'q'", &queue_literal)
+                .replace("'lease_queue:q:", &lease_keys)
+        };
         let steps: HashMap<&str, (usize, &str)> = self
             .sessions
             .iter()
@@ -153,8 +192,9 @@ impl Spec {
             .collect();
 
         let srv = server();
+        let (db, setup_role) = self.database.name_and_setup_role();
         if !self.setup.is_empty() {
-            let c = srv.app().await;
+            let c = srv.connect_as(db, setup_role).await;
             let setup = own_key(&self.setup.join(";\n"));
             c.batch_execute(&setup).await.expect("spec setup");
         }
@@ -166,7 +206,7 @@ impl Spec {
             transcript: String::new(),
         };
         for def in &self.sessions {
-            let client = srv.app().await;
+            let client = srv.connect_as(db, APP).await;
             let pid = backend_pid(&client).await;
             run.pids.push(pid);
             run.sessions.push(Live {
@@ -198,7 +238,7 @@ impl Spec {
             run.completed(&w.step, Some(result));
         }
         if !self.teardown.is_empty() {
-            let c = srv.app().await;
+            let c = srv.connect_as(db, setup_role).await;
             let teardown = own_key(&self.teardown.join(";\n"));
             c.batch_execute(&teardown).await.expect("spec teardown");
         }

@@ -74,6 +74,11 @@ spec_tests!(
     refused_after_a_fence,
     release,
     renew,
+    commit_order_trap,
+    release_vs_receive_same_owner,
+    ack_vs_takeover,
+    claim_vs_claim,
+    producers_same_key_commit,
 );
 
 /// Every file in `specs/` has a test and an expected output, and parses; every expected output

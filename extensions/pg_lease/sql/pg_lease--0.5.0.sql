@@ -52,6 +52,25 @@ END
 $$;
 
 ALTER SCHEMA lease OWNER TO CURRENT_USER;
+-- Privileges granted on the schema before the takeover do not survive it: a role that could create
+-- objects in it could plant one that the functions below resolve. (ALTER SCHEMA ... OWNER keeps the
+-- schema's grants.) What this extension grants follows.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee
+          FROM pg_catalog.pg_namespace AS n, pg_catalog.aclexplode(n.nspacl) AS a
+         WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
+           AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA lease FROM %s CASCADE',
+            CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE r.grantee::pg_catalog.regrole::pg_catalog.text END);
+    END LOOP;
+END
+$$;
 GRANT USAGE ON SCHEMA lease TO @extowner@ WITH GRANT OPTION;
 
 -- ---------------------------------------------------------------------------------------------------
@@ -829,7 +848,7 @@ CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.4.0'::text $$;
+AS $$ SELECT '0.5.0'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Who may call the API: every role, by default. The grant is made by the installing role (through a
@@ -849,3 +868,30 @@ $$;
 ALTER FUNCTION lease._grant_usage_as_installer() OWNER TO @extowner@;
 SELECT lease._grant_usage_as_installer();
 DROP FUNCTION lease._grant_usage_as_installer();
+
+-- ---------------------------------------------------------------------------------------------------
+-- Last: nothing in the schema belongs to another role. (A role that could create in the schema
+-- while this script ran, before the takeover committed, could have planted an object; the install
+-- fails rather than keep it.)
+-- ---------------------------------------------------------------------------------------------------
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_depend AS d
+                 JOIN pg_catalog.pg_shdepend AS s
+                   ON s.classid OPERATOR(pg_catalog.=) d.classid AND s.objid OPERATOR(pg_catalog.=) d.objid
+                WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                  AND d.refobjid OPERATOR(pg_catalog.=) 'lease'::pg_catalog.regnamespace
+                  AND d.classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                  AND s.dbid OPERATOR(pg_catalog.=) (SELECT db.oid FROM pg_catalog.pg_database AS db
+                                                      WHERE db.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+                  AND s.deptype OPERATOR(pg_catalog.=) 'o'
+                  AND s.refobjid OPERATOR(pg_catalog.<>) (SELECT ro.oid FROM pg_catalog.pg_roles AS ro
+                                                          WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER))
+    THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = 'pg_lease: schema "lease" holds objects of another role',
+            HINT    = 'Another role created objects in schema "lease" during the installation; drop them and install again.';
+    END IF;
+END
+$$;
