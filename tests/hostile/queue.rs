@@ -1175,7 +1175,7 @@ const REFUSED_IN_SCHEMA: &[&str] = &[
     "CREATE POLICY p ON lease_queue.messages USING (true)",
     "CREATE RULE r AS ON INSERT TO lease_queue.messages DO INSTEAD NOTHING",
     "CREATE STATISTICS lease_queue.st ON qid, key FROM lease_queue.messages",
-    "ALTER TABLE lease_queue.messages DISABLE TRIGGER messages_commit_order",
+    "ALTER TABLE lease_queue.commit_marks DISABLE TRIGGER commit_order",
     "ALTER TABLE lease_queue.messages DISABLE TRIGGER ALL",
     "ALTER TABLE lease_queue.messages ADD COLUMN x int",
     "ALTER TABLE lease_queue.keys RENAME TO keys_real",
@@ -1189,7 +1189,7 @@ const REFUSED_IN_SCHEMA: &[&str] = &[
     "ALTER SCHEMA lease_queue RENAME TO lease_queue_real",
     "ALTER SCHEMA lease_queue OWNER TO lease_admin",
     "ALTER EXTENSION pg_lease_queue DROP FUNCTION lease_queue._queue(text, text)",
-    "DROP TRIGGER messages_commit_order ON lease_queue.messages",
+    "DROP TRIGGER commit_order ON lease_queue.commit_marks",
     "DROP FUNCTION lease_queue.version()",
     "DROP TABLE lease_queue.messages",
     "DROP SCHEMA lease_queue",
@@ -1593,7 +1593,7 @@ async fn per_key_order_is_commit_order_also_when_a_producer_sets_its_constraints
         .await
         .unwrap();
     b.batch_execute(
-        "BEGIN; SET CONSTRAINTS lease_queue.messages_commit_order IMMEDIATE;
+        "BEGIN; SET CONSTRAINTS lease_queue.commit_order IMMEDIATE;
          SELECT lease_queue.send('q', 'K', '\"b\"')",
     )
     .await

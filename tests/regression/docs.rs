@@ -149,6 +149,15 @@ fn test_names(dir: &str) -> Vec<String> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(repo_root().join(dir)).unwrap_or_else(|e| panic!("{dir}: {e}")) {
         let path = entry.unwrap().path();
+        if path.is_dir() {
+            let sub = path
+                .strip_prefix(repo_root())
+                .unwrap()
+                .display()
+                .to_string();
+            names.extend(test_names(&sub));
+            continue;
+        }
         if path.extension().is_none_or(|x| x != "rs") {
             continue;
         }
@@ -227,6 +236,18 @@ fn every_test_named_in_invariants_md_exists_and_every_invariant_has_one() {
         }
     }
     assert!(cited > 50, "only {cited} tests cited");
+    let queue = read("docs/QUEUE.md");
+    for i in 1..=8 {
+        let row = map
+            .lines()
+            .find(|l| l.starts_with(&format!("| Q{i} ")))
+            .unwrap_or_else(|| panic!("Q{i} has no row in INVARIANTS.md"));
+        assert!(row.contains("::"), "Q{i} names no test");
+        assert!(
+            queue.contains(&format!("Q{i} **")),
+            "Q{i} is not in QUEUE.md §3"
+        );
+    }
     for i in 1..=14 {
         let row = map
             .lines()

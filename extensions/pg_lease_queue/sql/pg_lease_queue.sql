@@ -178,7 +178,16 @@ CREATE TABLE lease_queue.keys (
     ready_at  timestamptz,
     CONSTRAINT keys_pkey PRIMARY KEY (qid, key)
 ) WITH (fillfactor = 70);
-CREATE INDEX keys_ready ON lease_queue.keys (qid, partition, ready_at) WHERE ready_at IS NOT NULL;
+-- The due keys of a partition, in the order receive takes them (no sort: a batch reads `max` entries).
+CREATE INDEX keys_ready ON lease_queue.keys (qid, partition, ready_at, key) WHERE ready_at IS NOT NULL;
+
+-- One row per transaction that has sent keyed messages and not yet committed them (its top-level
+-- transaction id): the deferred constraint trigger that stamps the commit order sits on this table,
+-- so it fires once per transaction, whatever the number of messages. The trigger deletes the row.
+CREATE TABLE lease_queue.commit_marks (
+    xid bigint NOT NULL,
+    CONSTRAINT commit_marks_pkey PRIMARY KEY (xid)
+);
 
 -- Messages that were delivered max_attempts times without an ack, with the last delivery's epoch and
 -- batch and the reason given by the last nack (if any). lease_queue.redrive puts them back.
@@ -204,6 +213,7 @@ COMMENT ON TABLE lease_queue.queues IS 'pg_lease_queue queues; internal: use the
 COMMENT ON TABLE lease_queue.partitions IS 'pg_lease_queue partitions and their open batches; internal';
 COMMENT ON TABLE lease_queue.messages IS 'pg_lease_queue messages not yet acked; internal';
 COMMENT ON TABLE lease_queue.keys IS 'pg_lease_queue per-key order and readiness; internal';
+COMMENT ON TABLE lease_queue.commit_marks IS 'pg_lease_queue transactions with keyed messages to stamp at commit; internal';
 COMMENT ON TABLE lease_queue.dead_letters IS
     'pg_lease_queue messages delivered max_attempts times without an ack; read with lease_queue.list_dead_letters';
 
@@ -229,7 +239,7 @@ SELECT pg_catalog.pg_extension_config_dump('lease_queue.batch_ids', '');
 SELECT pg_catalog.pg_extension_config_dump('lease_queue.positions', '');
 
 REVOKE ALL ON TABLE lease_queue.queues, lease_queue.partitions, lease_queue.messages,
-                    lease_queue.keys, lease_queue.dead_letters FROM PUBLIC;
+                    lease_queue.keys, lease_queue.dead_letters, lease_queue.commit_marks FROM PUBLIC;
 REVOKE ALL ON SEQUENCE lease_queue.queue_ids, lease_queue.message_ids, lease_queue.batch_ids,
                        lease_queue.positions FROM PUBLIC;
 -- The installing role may dump the state and restore it (COPY into the tables, setval).
@@ -475,34 +485,38 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_key text COLLATE "C";
+    v_id bigint;
+    v_deliver_at timestamptz;
+    v_batch bigint;
 BEGIN
-    IF pg_catalog.cardinality(keys) IS NOT DISTINCT FROM 0 OR keys IS NULL THEN
+    IF keys IS NULL THEN
         RETURN;
     END IF;
     PERFORM FROM lease_queue.keys AS k
-      WHERE k.qid = _refresh_keys.qid AND k.key = ANY (_refresh_keys.keys)
+      WHERE k.qid = _refresh_keys.qid
+        AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
       ORDER BY k.key
         FOR NO KEY UPDATE;
-    WITH heads AS (
-        SELECT u.key, h.id, h.deliver_at, h.batch_id
-          FROM pg_catalog.unnest(_refresh_keys.keys) AS u(key)
-          LEFT JOIN LATERAL (
-                SELECT m.id, m.deliver_at, m.batch_id
-                  FROM lease_queue.messages AS m
-                 WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
-                   AND m.key = u.key AND m.seq IS NOT NULL
-                 ORDER BY m.seq
-                 LIMIT 1) AS h ON true
-    ), gone AS (
-        DELETE FROM lease_queue.keys AS k
-         USING heads
-         WHERE k.qid = _refresh_keys.qid AND k.key = heads.key AND heads.id IS NULL
-    )
-    UPDATE lease_queue.keys AS k
-       SET ready_at = CASE WHEN heads.batch_id IS NULL THEN heads.deliver_at END
-      FROM heads
-     WHERE k.qid = _refresh_keys.qid AND k.key = heads.key AND heads.id IS NOT NULL
-       AND k.ready_at IS DISTINCT FROM CASE WHEN heads.batch_id IS NULL THEN heads.deliver_at END;
+    -- One key at a time, through the primary key and the key's index: the cost is the number of
+    -- keys, never the size of the tables.
+    FOREACH v_key IN ARRAY keys LOOP
+        SELECT m.id, m.deliver_at, m.batch_id INTO v_id, v_deliver_at, v_batch
+          FROM lease_queue.messages AS m
+         WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
+           AND m.key = v_key AND m.seq IS NOT NULL
+         ORDER BY m.seq
+         LIMIT 1;
+        IF NOT FOUND THEN
+            DELETE FROM lease_queue.keys AS k WHERE k.qid = _refresh_keys.qid AND k.key = v_key;
+        ELSE
+            UPDATE lease_queue.keys AS k
+               SET ready_at = CASE WHEN v_batch IS NULL THEN v_deliver_at END
+             WHERE k.qid = _refresh_keys.qid AND k.key = v_key
+               AND k.ready_at IS DISTINCT FROM CASE WHEN v_batch IS NULL THEN v_deliver_at END;
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -528,13 +542,15 @@ AS $$
       CROSS JOIN death
 $$;
 
--- The commit-order stamp (a deferred constraint trigger on lease_queue.messages, for keyed messages
--- inserted without a position). It runs in the committing transaction's pre-commit phase. Its first
--- firing stamps every keyed message of the transaction that has none: for each key, in key order,
+-- The commit-order stamp: a deferred constraint trigger on lease_queue.commit_marks, whose row for
+-- the transaction the first keyed send inserts. It runs in the committing transaction's pre-commit
+-- phase (under SET CONSTRAINTS ... IMMEDIATE: at the end of that send's statement; the next send
+-- then marks the transaction again). It deletes the mark and stamps every keyed message of the
+-- transaction that has no position yet: for each key, in key order,
 -- it takes the key's row lock (creating the row for a new key), then gives the key's messages of
 -- this transaction positions from lease_queue.positions. The lock is held until the commit, so a
 -- second transaction committing messages of the same key waits here until the first has committed:
--- for one key, position order is commit order. Later firings find nothing left to do.
+-- for one key, position order is commit order.
 CREATE FUNCTION lease_queue._stamp_commit_order()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -544,6 +560,7 @@ AS $$
 DECLARE
     r record;
 BEGIN
+    DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current();
     FOR r IN
         SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
                pg_catalog.array_agg(m.id ORDER BY m.id) AS ids,
@@ -570,11 +587,10 @@ BEGIN
 END
 $$;
 
-CREATE CONSTRAINT TRIGGER messages_commit_order
-    AFTER INSERT ON lease_queue.messages
+CREATE CONSTRAINT TRIGGER commit_order
+    AFTER INSERT ON lease_queue.commit_marks
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
-    WHEN (NEW.key IS NOT NULL AND NEW.seq IS NULL)
     EXECUTE FUNCTION lease_queue._stamp_commit_order();
 
 -- ---------------------------------------------------------------------------------------------------
@@ -758,6 +774,9 @@ BEGIN
     INSERT INTO lease_queue.messages (id, qid, partition, key, payload, enqueued_at, deliver_at)
     VALUES (v_id, v_qid, v_partition, send.key, send.payload, v_now,
             v_now + pg_catalog.date_part('epoch', send.delay) * interval '1 second');
+    IF send.key IS NOT NULL THEN
+        INSERT INTO lease_queue.commit_marks (xid) VALUES (pg_catalog.txid_current()) ON CONFLICT DO NOTHING;
+    END IF;
     IF v_notify THEN
         PERFORM pg_catalog.pg_notify('lease_queue', send.queue || ':' || v_partition);
     END IF;
@@ -860,6 +879,9 @@ BEGIN
     SELECT pg_catalog.array_agg(added.id ORDER BY added.id), pg_catalog.array_agg(DISTINCT added.partition)
       INTO v_ids, v_parts
       FROM added;
+    IF EXISTS (SELECT FROM pg_catalog.unnest(send_batch.keys) AS k WHERE k IS NOT NULL) THEN
+        INSERT INTO lease_queue.commit_marks (xid) VALUES (pg_catalog.txid_current()) ON CONFLICT DO NOTHING;
+    END IF;
     IF v_notify AND v_parts IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify('lease_queue', send_batch.queue || ':' || x)
            FROM pg_catalog.unnest(v_parts) AS x;
@@ -1011,7 +1033,7 @@ DECLARE
     v_left integer;
     v_ids bigint[] := '{}';
     v_dead bigint[] := '{}';
-    v_keys text[];
+    v_keys text[] COLLATE "C";
     c record;
     m record;
 BEGIN
@@ -1191,7 +1213,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p lease_queue.partitions;
-    v_keys text[];
+    v_keys text[] COLLATE "C";
 BEGIN
     IF (lease_queue._valid_name(ack.queue)
         AND ack.partition BETWEEN 0 AND 1023
@@ -1344,7 +1366,7 @@ AS $$
 DECLARE
     p lease_queue.partitions;
     v_key text;
-    v_keys text[];
+    v_keys text[] COLLATE "C";
     v_status text;
     v_abandoned integer := 0;
 BEGIN
@@ -1413,6 +1435,7 @@ DECLARE
     v_ready timestamptz;
     v_now timestamptz;
     v_count bigint;
+    v_key text COLLATE "C" := redrive.key;
 BEGIN
     IF (lease_queue._valid_name(redrive.queue)
         AND (redrive.key IS NULL OR pg_catalog.octet_length(redrive.key) BETWEEN 1 AND 1024)) IS NOT TRUE
@@ -1444,10 +1467,10 @@ BEGIN
     v_partition := lease_queue.partition_of(redrive.key, q.partitions);
     PERFORM lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition);
     INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
-    VALUES (q.qid, redrive.key, v_partition, v_now)
+    VALUES (q.qid, v_key, v_partition, v_now)
     ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
     SELECT k.ready_at INTO v_ready
-      FROM lease_queue.keys AS k WHERE k.qid = q.qid AND k.key = redrive.key FOR NO KEY UPDATE;
+      FROM lease_queue.keys AS k WHERE k.qid = q.qid AND k.key = v_key FOR NO KEY UPDATE;
     IF v_ready IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = '55006',
@@ -1457,12 +1480,12 @@ BEGIN
     END IF;
     SELECT pg_catalog.min(m.seq) INTO v_head
       FROM lease_queue.messages AS m
-     WHERE m.qid = q.qid AND m.partition = v_partition AND m.key = redrive.key AND m.seq IS NOT NULL;
+     WHERE m.qid = q.qid AND m.partition = v_partition AND m.key = v_key AND m.seq IS NOT NULL;
     v_head := COALESCE(v_head, pg_catalog.nextval('lease_queue.positions'));
 
     WITH back AS (
         DELETE FROM lease_queue.dead_letters AS d
-         WHERE d.qid = q.qid AND d.key = redrive.key
+         WHERE d.qid = q.qid AND d.key = v_key
         RETURNING d.*
     ), ordered AS (
         SELECT back.*, pg_catalog.row_number() OVER (ORDER BY back.seq DESC) AS n FROM back
@@ -1471,7 +1494,7 @@ BEGIN
     SELECT o.id, o.qid, v_partition, o.key, v_head - o.n, o.payload, o.enqueued_at, v_now
       FROM ordered AS o;
     GET DIAGNOSTICS v_count = ROW_COUNT;
-    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[redrive.key]);
+    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[v_key]);
     IF q.notify AND v_count > 0 THEN
         PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || v_partition);
     END IF;

@@ -11,6 +11,7 @@ mod ack;
 mod claim;
 mod dead_letters;
 mod fencing;
+mod indexes;
 mod invalid_input;
 mod lifecycle;
 mod nack;
