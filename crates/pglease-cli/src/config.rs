@@ -10,13 +10,13 @@ use std::process::ExitCode;
 
 use crate::cli::{
     AcquireArgs, Cli, Command, DemoArgs, InspectArgs, InstallArgs, ListArgs, LocalCommand,
-    PurgeArgs, ReleaseArgs, RenewArgs, RunArgs, StatusArgs,
+    PurgeArgs, QueueCommand, ReleaseArgs, RenewArgs, RunArgs, StatusArgs,
 };
 use crate::connect::{ConfigError, Limits, Target};
 use crate::exit::{self, BoxError};
 use crate::local::LocalServer;
 use crate::signals::Signals;
-use crate::{admin, demo, leases, run};
+use crate::{admin, demo, leases, queue, run};
 
 /// The major version of a new local server when a command starts it on demand.
 const DEFAULT_LOCAL_MAJOR: u32 = 15;
@@ -50,6 +50,11 @@ pub enum Config {
     Install { args: InstallArgs, target: Target },
     /// `pglease status`.
     Status { args: StatusArgs, target: Target },
+    /// `pglease queue ...`.
+    Queue {
+        command: QueueCommand,
+        target: Target,
+    },
     /// `pglease local ...` on `server`, its connections bounded by `limits`.
     Local {
         command: LocalCommand,
@@ -117,6 +122,17 @@ impl Config {
                 target: target(&args.conn)?,
                 args,
             },
+            Command::Queue(command) => Config::Queue {
+                target: target(match &command {
+                    QueueCommand::Create(a) => &a.conn,
+                    QueueCommand::Drop(a) => &a.conn,
+                    QueueCommand::Send(a) => &a.conn,
+                    QueueCommand::Stats(a) => &a.conn,
+                    QueueCommand::DeadLetters(a) => &a.conn,
+                    QueueCommand::Redrive(a) => &a.conn,
+                })?,
+                command,
+            },
             Command::Local(command) => Config::Local {
                 command,
                 server: LocalServer::from_env().map_err(ConfigError::Other)?,
@@ -155,6 +171,14 @@ impl Config {
             Config::Purge { args, target } => until_signal(leases::purge(args, &target)).await,
             Config::Install { args, target } => until_signal(admin::install(args, &target)).await,
             Config::Status { args, target } => until_signal(admin::status(args, &target)).await,
+            Config::Queue { command, target } => match command {
+                QueueCommand::Create(a) => until_signal(queue::create(a, &target)).await,
+                QueueCommand::Drop(a) => until_signal(queue::drop_queue(a, &target)).await,
+                QueueCommand::Send(a) => until_signal(queue::send(a, &target)).await,
+                QueueCommand::Stats(a) => until_signal(queue::stats(a, &target)).await,
+                QueueCommand::DeadLetters(a) => until_signal(queue::dead_letters(a, &target)).await,
+                QueueCommand::Redrive(a) => until_signal(queue::redrive(a, &target)).await,
+            },
             Config::Local {
                 command,
                 server,

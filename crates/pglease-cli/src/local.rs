@@ -5,7 +5,7 @@
 //! next invocation reuses it. Creating, starting (detached), finding and stopping it is
 //! pgcluster's job ([`pgcluster::PersistentCluster`], which documents the directory's layout:
 //! `data/`, the socket in `run/`, `server.log`, `bindir`, `lock`); this file chooses the directory,
-//! says how to connect, and installs pg_lease.
+//! says how to connect, and installs pg_lease and pg_lease_queue.
 //!
 //! Only the user who started it can connect (pgcluster's "Who may connect"): no TCP listener, a
 //! socket directory of mode 0700, and SCRAM authentication with a generated password kept in the
@@ -186,14 +186,17 @@ impl LocalServer {
         Ok(tokio::task::spawn_blocking(move || cluster.stop()).await??)
     }
 
-    /// Installs pg_lease in [`DATABASE`] unless it is there at this binary's version.
+    /// Installs our extensions (pg_lease, pg_lease_queue) in [`DATABASE`] unless they are there at
+    /// this binary's versions.
     async fn ensure_installed(&self, limits: Limits) -> Result<(), BoxError> {
         let mut client = connect::connect_config(&self.pg_config(), limits).await?;
         let what = || format!("waiting for the local server in {}", self.dir().display());
-        if let Some(found) =
-            connect::within(limits.request, what, pglease::installed(&client)).await?
-            && found.version == pglease::VERSION
-        {
+        let mut current = true;
+        for ext in pglease::EXTENSIONS {
+            let found = connect::within(limits.request, what, ext.installed(&client)).await?;
+            current &= found.is_some_and(|f| f.version == ext.version);
+        }
+        if current {
             return Ok(());
         }
         // Where the installation's extension directory is not writable, its files may still be
@@ -203,18 +206,20 @@ impl LocalServer {
                 let _ = files.install_into(&installation);
             }
         }
-        let created = connect::within(limits.request, what, async {
-            Ok::<_, BoxError>(pglease::create_extension(&mut client).await)
-        })
-        .await?;
-        match created {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_install() => {
-                connect::within(limits.request, what, pglease::install(&mut client)).await?;
-                Ok(())
+        for ext in pglease::EXTENSIONS {
+            let created = connect::within(limits.request, what, async {
+                Ok::<_, BoxError>(ext.create_extension(&mut client).await)
+            })
+            .await?;
+            match created {
+                Ok(_) => {}
+                Err(e) if e.is_install() => {
+                    connect::within(limits.request, what, ext.install(&mut client)).await?;
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => Err(e.into()),
         }
+        Ok(())
     }
 }
 

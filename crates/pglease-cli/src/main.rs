@@ -15,6 +15,7 @@ mod local;
 mod output;
 mod procs;
 mod progress;
+mod queue;
 mod run;
 mod signals;
 mod verbose;

@@ -42,11 +42,17 @@ pub fn start_cluster() -> Cluster {
         .unwrap_or_else(|e| panic!("PostgreSQL {} is not available: {e}", major()));
     ClusterBuilder::new(installation)
         .extension_dir(extension_dir())
+        .extension_dir(extension_dir().with_file_name("pg_lease_queue"))
         .start()
         .unwrap_or_else(|e| panic!("could not start PostgreSQL: {e}"))
 }
 
 /// The server shared by this test binary (killed at process exit by pgcluster).
+/// The shared server's psql.
+pub fn psql() -> PathBuf {
+    cluster().installation().bindir().join("psql")
+}
+
 pub fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(start_cluster)

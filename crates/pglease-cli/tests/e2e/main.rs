@@ -8,6 +8,7 @@ mod demo;
 mod exit_codes;
 mod json;
 mod local;
+mod queue;
 mod run;
 mod run_supervision;
 mod terminal;

@@ -1,0 +1,174 @@
+//! The command line of `pglease queue ...`: the subcommands that operate pg_lease_queue queues.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::{ConnArgs, OutputArgs, parse_wait};
+
+/// `pglease queue ...`.
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Create a queue of N partitions (fixed for its life).
+    ///
+    /// Only the role that installed pg_lease_queue may create queues, unless it granted EXECUTE on
+    /// lease_queue.create_queue to others. Exits with 1 if a queue of that name exists (SQLSTATE
+    /// 42710).
+    Create(QueueCreateArgs),
+    /// Drop a queue with its messages and dead letters; its partitions' epochs are kept.
+    ///
+    /// Waits for producers that sent to it and for calls in flight on its partitions to end.
+    Drop(QueueNameArgs),
+    /// Send one message; it is committed when this command returns.
+    ///
+    /// The payload is JSON, from the argument or (without it, or with -) from stdin. Messages
+    /// with a key are delivered in the order they were sent (committed); without --key the
+    /// message is unordered.
+    Send(QueueSendArgs),
+    /// Show every partition of a queue: holder, epoch, open batch, backlog, held-back keys, dead
+    /// letters.
+    ///
+    /// With --watch, print it again every INTERVAL (default 2s) until interrupted.
+    Stats(QueueStatsArgs),
+    /// List a queue's dead letters, oldest death first.
+    DeadLetters(QueueDeadLettersArgs),
+    /// Put dead letters back at the head of their key, in order, with attempts reset.
+    ///
+    /// Exactly one of --key, --unkeyed, --all. A key with messages in an open batch is refused
+    /// (SQLSTATE 55006, exit 1): redrive after the batch is acked.
+    Redrive(QueueRedriveArgs),
+}
+
+/// A queue name (1 to 128 bytes of A-Z a-z 0-9 _ . -).
+#[derive(Debug, Clone, Args)]
+pub struct QueueArg {
+    /// The queue's name.
+    #[arg(value_name = "QUEUE", value_parser = parse_queue_name)]
+    pub queue: String,
+}
+
+/// Options of `pglease queue create`.
+#[derive(Debug, Args)]
+pub struct QueueCreateArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// Number of partitions (1 to 1024): at most this many consumers work at once.
+    #[arg(long, short = 'p', value_name = "N", value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub partitions: i32,
+    /// Deliveries of a message before it becomes a dead letter (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=10000))]
+    pub max_attempts: i32,
+    /// Do not notify waiting consumers on send (they poll instead): for producer-heavy queues
+    /// whose consumers are never idle.
+    #[arg(long)]
+    pub no_notify: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of commands that take only a queue.
+#[derive(Debug, Args)]
+pub struct QueueNameArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease queue send`.
+#[derive(Debug, Args)]
+pub struct QueueSendArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// The payload, JSON (e.g. '{"order": 42}'); - or nothing reads it from stdin.
+    #[arg(value_name = "PAYLOAD")]
+    pub payload: Option<String>,
+    /// The message's key: messages of one key are delivered in order (1 to 1024 bytes).
+    #[arg(long, short = 'k', value_name = "KEY", value_parser = super::parse_name)]
+    pub key: Option<String>,
+    /// Deliver no earlier than this from now, e.g. 30s, 5m (0 to 365 days).
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait, default_value = "0s")]
+    pub delay: Duration,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease queue stats`.
+#[derive(Debug, Args)]
+pub struct QueueStatsArgs {
+    /// The queue (every queue without it).
+    #[arg(value_name = "QUEUE", value_parser = parse_queue_name)]
+    pub queue: Option<String>,
+    /// Refresh every INTERVAL until interrupted (default 2s).
+    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s",
+          value_parser = parse_interval)]
+    pub watch: Option<Duration>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease queue dead-letters`.
+#[derive(Debug, Args)]
+pub struct QueueDeadLettersArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// At most this many (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(i32).range(1..=10000))]
+    pub max: i32,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease queue redrive`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["key", "unkeyed", "all"]))]
+pub struct QueueRedriveArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// The dead letters of this key.
+    #[arg(long, short = 'k', value_name = "KEY", value_parser = super::parse_name)]
+    pub key: Option<String>,
+    /// The dead letters without a key.
+    #[arg(long)]
+    pub unkeyed: bool,
+    /// Every dead letter of the queue, key by key.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// A queue name as pg_lease_queue accepts it.
+pub fn parse_queue_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 128 {
+        return Err("must be 1 to 128 bytes".into());
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        return Err("may contain only A-Z a-z 0-9 _ . -".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// A refresh interval: at least 100ms.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_wait(s)?;
+    if d < Duration::from_millis(100) {
+        return Err("must be at least 100ms".into());
+    }
+    Ok(d)
+}
