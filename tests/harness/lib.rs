@@ -85,7 +85,8 @@ pub fn server() -> &'static Server {
         let major = wanted_major();
         let installation = pgcluster::ensure(major)
             .unwrap_or_else(|e| panic!("PostgreSQL {major} is not available: {e}"));
-        let mut builder = ClusterBuilder::new(installation);
+        // Commit timestamps: independent evidence of commit order for the queue's history checker.
+        let mut builder = ClusterBuilder::new(installation).setting("track_commit_timestamp", "on");
         for ext in pglease::EXTENSIONS {
             let (control, scripts) = extension_files_of(ext.name);
             builder = builder.extension_files(control, scripts);

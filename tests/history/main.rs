@@ -30,10 +30,14 @@
 //!
 //! The checker itself is tested on synthetic histories that break each invariant (`selftest.rs`), so
 //! it is known to be able to fail.
+//!
+//! `queue.rs` is the queue's history test (crash/takeover cycles of consumers in the exactly-once
+//! mode, checked with commit timestamps); `PGLEASE_QUEUE_CYCLES` sets how many cycles it runs.
 
 mod checker;
 mod driver;
 mod model;
+mod queue;
 mod rng;
 mod selftest;
 mod synthetic;

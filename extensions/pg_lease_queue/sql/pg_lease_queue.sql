@@ -108,7 +108,9 @@ CREATE TABLE lease_queue.queues (
 --   claim_epoch, ttl      the last claim through lease_queue.claim(_any): its epoch and ttl (receive
 --                         renews with that ttl, and only at that epoch)
 --   batch_*               the open batch, if any: its id, the epoch and owner it was last issued to,
---                         when it was opened
+--                         when it was opened, and the keys of its messages (their rows are brought
+--                         up to date when the batch closes or is abandoned: nack takes no key row,
+--                         so a transaction that nacks and then acks locks key rows in key order once)
 --   last_batch_id/epoch   the last batch closed by ack, and the epoch that acked it (a repeated ack
 --                         of it by that epoch succeeds again: safe to retry after a lost answer)
 -- No column that calls change is indexed: every update is HOT.
@@ -121,6 +123,7 @@ CREATE TABLE lease_queue.partitions (
     batch_epoch      bigint,
     batch_owner      text,
     batch_opened_at  timestamptz,
+    batch_keys       text[] COLLATE "C",
     last_batch_id    bigint,
     last_batch_epoch bigint,
     CONSTRAINT partitions_pkey PRIMARY KEY (qid, partition)
@@ -1086,8 +1089,10 @@ BEGIN
             ELSE
                 -- Every message of the batch was dead-lettered: the batch is over.
                 UPDATE lease_queue.partitions AS t
-                   SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL
+                   SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+                       batch_keys = NULL
                  WHERE t.qid = p.qid AND t.partition = p.partition;
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
                 p.batch_id := NULL;
             END IF;
         END IF;
@@ -1179,7 +1184,10 @@ BEGIN
          WHERE b.id = u.id;
         UPDATE lease_queue.partitions AS t
            SET batch_id = v_batch, batch_epoch = receive.epoch, batch_owner = receive.owner,
-               batch_opened_at = v_now
+               batch_opened_at = v_now,
+               batch_keys = (SELECT pg_catalog.array_agg(DISTINCT b.key ORDER BY b.key)
+                               FROM lease_queue.messages AS b
+                              WHERE b.id = ANY (v_ids) AND b.key IS NOT NULL)
          WHERE t.qid = p.qid AND t.partition = p.partition;
     END IF;
     PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys);
@@ -1213,7 +1221,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p lease_queue.partitions;
-    v_keys text[] COLLATE "C";
 BEGIN
     IF (lease_queue._valid_name(ack.queue)
         AND ack.partition BETWEEN 0 AND 1023
@@ -1240,15 +1247,13 @@ BEGIN
             HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
     END IF;
 
-    SELECT pg_catalog.array_agg(DISTINCT b.key) INTO v_keys
-      FROM lease_queue.messages AS b
-     WHERE b.batch_id = p.batch_id AND b.key IS NOT NULL;
     DELETE FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id;
     UPDATE lease_queue.partitions AS t
        SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
-           last_batch_id = p.batch_id, last_batch_epoch = ack.epoch
+           batch_keys = NULL, last_batch_id = p.batch_id, last_batch_epoch = ack.epoch
      WHERE t.qid = p.qid AND t.partition = p.partition;
-    PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys);
+    -- Every key the batch held, also those its nacks sent back: one pass, in key order.
+    PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
 END
 $$;
 
@@ -1323,8 +1328,10 @@ BEGIN
             HINT    = 'Nack only messages that receive returned in the open batch.';
     END IF;
 
+    -- No key row is touched here: the batch's keys are brought up to date when it closes (ack) or
+    -- is abandoned, in key order. (Locking the key now would take key rows out of order in a
+    -- transaction that nacks one key and then acks, and deadlock with a committing producer.)
     IF m.key IS NOT NULL THEN
-        PERFORM FROM lease_queue.keys AS k WHERE k.qid = p.qid AND k.key = m.key FOR NO KEY UPDATE;
         -- The later messages of the key in this batch go back undelivered.
         UPDATE lease_queue.messages AS b
            SET batch_id = NULL, batch_pos = NULL, attempts = b.attempts - 1
@@ -1339,9 +1346,6 @@ BEGIN
                deliver_at = pg_catalog.clock_timestamp()
                             + pg_catalog.date_part('epoch', nack.retry_after) * interval '1 second'
          WHERE b.id = m.id;
-    END IF;
-    IF m.key IS NOT NULL THEN
-        PERFORM lease_queue._refresh_keys(p.qid, p.partition, ARRAY[m.key]);
     END IF;
     RETURN CASE WHEN m.attempts >= q.max_attempts THEN 'dead_lettered' ELSE 'retrying' END;
 END
@@ -1366,7 +1370,6 @@ AS $$
 DECLARE
     p lease_queue.partitions;
     v_key text;
-    v_keys text[] COLLATE "C";
     v_status text;
     v_abandoned integer := 0;
 BEGIN
@@ -1392,13 +1395,11 @@ BEGIN
                 DETAIL  = 'Batch ' || p.batch_id || ' was issued at epoch ' || p.batch_epoch || '.',
                 HINT    = 'Ack the batch first, or release with force => true to abandon it.';
         END IF;
-        SELECT pg_catalog.array_agg(DISTINCT b.key) INTO v_keys
-          FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id AND b.key IS NOT NULL;
         UPDATE lease_queue.messages AS b
            SET batch_id = NULL, batch_pos = NULL
          WHERE b.batch_id = p.batch_id;
         GET DIAGNOSTICS v_abandoned = ROW_COUNT;
-        PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys);
+        PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
     END IF;
 
     SELECT lease.release(v_key, release.owner, release.epoch) INTO v_status;
@@ -1407,7 +1408,8 @@ BEGIN
     END IF;
     UPDATE lease_queue.partitions AS t
        SET claim_epoch = NULL, ttl = NULL,
-           batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL
+           batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+           batch_keys = NULL
      WHERE t.qid = p.qid AND t.partition = p.partition;
     RETURN v_abandoned;
 END
@@ -1418,8 +1420,8 @@ $$;
 --
 -- Puts the dead letters of `key` (NULL: the queue's unkeyed dead letters) back into the queue, at
 -- the head of their key, in their original order, ahead of what is pending for the key, with
--- attempts reset to 0 and due at once. Returns how many. 55006 while a message of the key is in its
--- partition's open batch (redrive after the ack); LQ001 no such queue; 22023 on invalid input.
+-- attempts reset to 0 and due at once. Returns how many. 55006 while the key is part of its
+-- partition's open batch (a message of it was delivered in the batch; redrive after the ack); LQ001 no such queue; 22023 on invalid input.
 -- The installing role's (grantable).
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease_queue.redrive(queue text, key text)
@@ -1574,7 +1576,8 @@ $$;
 --
 -- When the partition's next message outside the open batch becomes deliverable (in the past if one
 -- is due now; a nacked message's retry time; a delayed message's due time), or NULL if none is
--- pending. For a consumer that found nothing to receive: sleep until then or until a notification.
+-- pending. The keys of the open batch (also those its nacks sent back) count again once it is acked
+-- or abandoned. For a consumer that found nothing to receive: sleep until then or until a notification.
 -- Advisory (no locks, not fenced), through the indexes of receive. LQ001 no such queue; 22023.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease_queue.next_due(queue text, partition integer)

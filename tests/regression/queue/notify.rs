@@ -240,12 +240,18 @@ async fn next_due_is_the_earliest_deliverable_time_outside_the_open_batch() {
     assert_eq!(batch.len(), 1);
     assert_eq!(next_due(&f.app, &f.q, 0).await, Some(due));
 
-    // Nacked with a retry in ten minutes: that retry is next.
+    // Nacked with a retry in ten minutes: once the batch is acked, that retry is next.
     let b: BatchRef<'_> = (&f.q, 0, "w", e, batch[0].batch_id);
     assert_eq!(
         nack(&f.app, b, batch[0].id, "10 minutes", None).await,
         "retrying"
     );
+    assert_eq!(
+        next_due(&f.app, &f.q, 0).await,
+        Some(due),
+        "the batch's keys count again when it closes"
+    );
+    f.ack(0, "w", e, batch[0].batch_id).await;
     let retry = next_due(&f.app, &f.q, 0).await.unwrap();
     let ahead = retry.duration_since(server_now(&f.app).await).unwrap();
     assert!(
