@@ -37,8 +37,9 @@ impl Node {
         blocking(|| {
             let major = wanted_major();
             let (control, scripts) = extension_files();
-            let cluster = ClusterBuilder::for_major(major)
-                .unwrap_or_else(|e| panic!("PostgreSQL {major} is not available: {e}"))
+            let builder = ClusterBuilder::for_major(major)
+                .unwrap_or_else(|e| panic!("PostgreSQL {major} is not available: {e}"));
+            let cluster = pglease_tests::private_files(builder)
                 .extension_files(control, scripts)
                 .setting("shared_buffers", "32MB")
                 .start()

@@ -60,6 +60,15 @@ pub fn extension_files_of(name: &str) -> (PathBuf, Vec<PathBuf>) {
     (ext.join(format!("{name}.control")), scripts)
 }
 
+/// Runs the server from a private mirror of its installation in this checkout's `target/`, so
+/// the extension files of the code under test never go into the installation itself, where another
+/// checkout (or an earlier build) on the same machine would overwrite them under a running test.
+pub fn private_files(builder: ClusterBuilder) -> ClusterBuilder {
+    builder
+        .private_mirror(true)
+        .cache_dir(repo_root().join("target").join("pgcluster-mirrors"))
+}
+
 /// The PostgreSQL major version this test binary runs against.
 pub fn wanted_major() -> u32 {
     match std::env::var("PGLEASE_PG_VERSION") {
@@ -86,7 +95,8 @@ pub fn server() -> &'static Server {
         let installation = pgcluster::ensure(major)
             .unwrap_or_else(|e| panic!("PostgreSQL {major} is not available: {e}"));
         // Commit timestamps: independent evidence of commit order for the queue's history checker.
-        let mut builder = ClusterBuilder::new(installation).setting("track_commit_timestamp", "on");
+        let mut builder = private_files(ClusterBuilder::new(installation))
+            .setting("track_commit_timestamp", "on");
         for ext in pglease::EXTENSIONS {
             let (control, scripts) = extension_files_of(ext.name);
             builder = builder.extension_files(control, scripts);

@@ -40,7 +40,11 @@ pub fn major() -> u32 {
 pub fn start_cluster() -> Cluster {
     let installation = pgcluster::ensure(major())
         .unwrap_or_else(|e| panic!("PostgreSQL {} is not available: {e}", major()));
+    // A private mirror of the installation in this checkout's target/ (see the client tests).
+    let mirrors = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pgcluster-mirrors");
     ClusterBuilder::new(installation)
+        .private_mirror(true)
+        .cache_dir(mirrors)
         .extension_dir(extension_dir())
         .extension_dir(extension_dir().with_file_name("pg_lease_queue"))
         .start()

@@ -34,8 +34,16 @@ pub fn major() -> u32 {
 /// Starts a new private server with the extension files installed.
 pub fn start_cluster() -> Cluster {
     let ext = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../extensions/pg_lease");
+    // A private mirror of the installation in this checkout's target/: the extension files under
+    // test never go into the installation, where another checkout could overwrite them.
+    let mirrors = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pgcluster-mirrors");
     ClusterBuilder::for_major(major())
-        .and_then(|b| b.extension_dir(ext).start())
+        .and_then(|b| {
+            b.private_mirror(true)
+                .cache_dir(mirrors)
+                .extension_dir(ext)
+                .start()
+        })
         .unwrap_or_else(|e| panic!("could not start PostgreSQL {}: {e}", major()))
 }
 
