@@ -121,6 +121,9 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         .await?
         .try_get(0)?;
     let installed = target.answer(pglease::installed(&client)).await?;
+    let queue_installed = target
+        .answer(pglease::PG_LEASE_QUEUE.installed(&client))
+        .await?;
     let counts = match &installed {
         Some(_) => Some(target.answer(counts(&client)).await?),
         None => None,
@@ -140,6 +143,8 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         database: String,
         /// Null when pg_lease is not installed in the database.
         pg_lease: Option<Extension>,
+        /// Null when pg_lease_queue is not installed in the database.
+        pg_lease_queue: Option<Extension>,
         /// The version this pglease speaks.
         client_version: &'static str,
         leases: Option<Counts>,
@@ -151,6 +156,11 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         database,
         pg_lease: installed.map(|i| Extension {
             current: i.version == pglease::VERSION,
+            version: i.version,
+            via: via_name(i.via),
+        }),
+        pg_lease_queue: queue_installed.map(|i| Extension {
+            current: i.version == pglease::PG_LEASE_QUEUE.version,
             version: i.version,
             via: via_name(i.via),
         }),
@@ -170,6 +180,16 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
             pglease::VERSION
         ),
         None => "not installed (run `pglease install`)".into(),
+    };
+    let pg_lease_queue = match &json.pg_lease_queue {
+        Some(e) if e.current => format!("{} via {}", e.version, e.via),
+        Some(e) => format!(
+            "{} via {} (this pglease speaks {}: upgrade with `pglease install pg_lease_queue`)",
+            e.version,
+            e.via,
+            pglease::PG_LEASE_QUEUE.version
+        ),
+        None => "not installed (`pglease install pg_lease_queue`)".into(),
     };
     let leases = match &json.leases {
         None => "-".into(),
@@ -194,6 +214,7 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         ("version", format!("PostgreSQL {}", json.server_version)),
         ("database", json.database.clone()),
         ("pg_lease", pg_lease),
+        ("pg_lease_queue", pg_lease_queue),
         ("leases", leases),
     ]))?;
     Ok(ExitCode::SUCCESS)

@@ -156,7 +156,8 @@ pub enum Command {
     /// on the database, for managed PostgreSQL.
     Install(InstallArgs),
 
-    /// Show the server, how pg_lease is installed, and how many leases are held, lapsed and free.
+    /// Show the server, how pg_lease and pg_lease_queue are installed, and how many leases are held,
+    /// lapsed and free.
     Status(StatusArgs),
 
     /// Operate pg_lease_queue queues: create, drop, send, stats, dead letters, redrive.
