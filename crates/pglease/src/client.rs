@@ -420,7 +420,14 @@ impl Client {
                 "key {key:?} is held by another lease of this client"
             )));
         };
-        Ok(self.start_keepalive(slot, key, grant, timing, Instant::from_std(sent_at), remaining))
+        Ok(self.start_keepalive(
+            slot,
+            key,
+            grant,
+            timing,
+            Instant::from_std(sent_at),
+            remaining,
+        ))
     }
 
     /// Shuts the client down: releases every lease it holds, stops every keepalive and the
@@ -680,7 +687,9 @@ impl Client {
             epoch: grant.epoch,
             expires_at,
         };
-        Ok(Ok(self.start_keepalive(slot, key, grant, timing, sent, left)))
+        Ok(Ok(
+            self.start_keepalive(slot, key, grant, timing, sent, left)
+        ))
     }
 
     /// Hands a confirmed grant to a new keepalive task and returns its [`Lease`]: the validity
