@@ -775,10 +775,21 @@ impl Consumer {
                     inner.set_owned(&held);
                 }
                 () = sleep_until(next_round), if planning.is_none() => {
-                    if let Some(lease) = &membership
-                        && !lease.is_held()
-                    {
-                        membership = Some(inner.join().await?);
+                    if membership.as_ref().is_some_and(|lease| !lease.is_held()) {
+                        // Lost (e.g. the server was unreachable for a ttl): take it again without
+                        // waiting, so the workers are not held up; else at the next round.
+                        match inner.client.try_acquire(&inner.member_key, inner.ttl).await {
+                            Ok(Some(lease)) => membership = Some(lease),
+                            Ok(None) => {}
+                            Err(e) => tracing::warn!(
+                                target: trace::CONSUMER,
+                                queue = &*inner.queue,
+                                owner = inner.owner.as_str(),
+                                error = %e,
+                                sqlstate = e.code(),
+                                "could not renew the consumer's membership; retrying at the next round"
+                            ),
+                        }
                     }
                     let keep: Vec<u32> = held
                         .iter()

@@ -4,6 +4,7 @@
 
 mod common;
 mod consumer;
+mod example;
 mod failover;
 mod producer;
 mod shutdown;
