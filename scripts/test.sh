@@ -46,7 +46,7 @@ say "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 say "cargo doc of the libraries (broken links are errors)"
-RUSTDOCFLAGS="-D warnings" cargo doc -p pglease -p pgcluster --no-deps --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc -p pglease -p pglease-queue -p pgcluster --no-deps --quiet
 
 say "build"
 cargo build --workspace --all-targets --quiet

@@ -357,6 +357,79 @@ impl Client {
         calls::list(&**conn, prefix).await
     }
 
+    /// Puts under this client's keepalive a lease that another call granted to this client's
+    /// owner, such as `lease_queue.claim` (which calls `lease.acquire` inside), and returns its
+    /// [`Lease`]: renewed, watched for loss and released exactly like one from
+    /// [`Client::try_acquire`].
+    ///
+    /// - `key` and `grant` are what the server granted to [`Client::owner`]; the client trusts
+    ///   them (the first renewal tells: a grant that is not this owner's ends the lease at once).
+    /// - `ttl` is the ttl the grant was made with; every renewal extends the lease by it.
+    /// - `sent_at` is a monotonic instant taken **before the granting call was sent**, and
+    ///   `remaining` the time the server reported left on the grant after it (e.g.
+    ///   `expires_at - clock_timestamp()` in the same statement; for a fresh grant about `ttl`).
+    ///   As for an acquire, the lease is treated as held until `sent_at + min(ttl, remaining) -
+    ///   margin` unless a renewal is confirmed: loss is still signalled before the server can
+    ///   grant the key to anyone else. A deadline already passed gives a lease that has ended
+    ///   ([`LostReason::Expired`](crate::LostReason::Expired)).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_invalid_input`] (client-side, no code): a ttl too short for the safety
+    ///   margin, or another lease of this client holds `key` (one lease per key per client).
+    /// - [`Error::is_closed`] after [`Client::shutdown`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let ttl = Duration::from_secs(10);
+    /// let db = client.pool().get().await?;
+    /// let sent_at = Instant::now();
+    /// let row = db
+    ///     .query_one(
+    ///         "SELECT c.claimed, c.epoch, c.expires_at, \
+    ///                 extract(epoch FROM c.expires_at - clock_timestamp())::float8 \
+    ///            FROM lease_queue.claim('orders', 0, $1, $2::float8 * interval '1 second') AS c",
+    ///         &[&client.owner(), &ttl.as_secs_f64()],
+    ///     )
+    ///     .await?;
+    /// if row.get::<_, bool>(0) {
+    ///     let grant = pglease::Grant { epoch: row.get(1), expires_at: row.get(2) };
+    ///     let remaining = Duration::from_secs_f64(row.get::<_, f64>(3).max(0.0));
+    ///     let lease = client.adopt("lease_queue:orders:0", grant, ttl, sent_at, remaining)?;
+    ///     println!("partition 0 is mine at epoch {}", lease.epoch());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn adopt(
+        &self,
+        key: &str,
+        grant: crate::results::Grant,
+        ttl: Duration,
+        sent_at: std::time::Instant,
+        remaining: Duration,
+    ) -> Result<Lease> {
+        self.inner.conns.check_open()?;
+        let timing = self.timing(ttl)?;
+        let Some(slot) = self.inner.slots.claim(key) else {
+            return Err(Error::invalid_argument(format!(
+                "key {key:?} is held by another lease of this client"
+            )));
+        };
+        Ok(self.start_keepalive(
+            slot,
+            key,
+            grant,
+            timing,
+            Instant::from_std(sent_at),
+            remaining,
+        ))
+    }
+
     /// Shuts the client down: releases every lease it holds, stops every keepalive and the
     /// listening connection, and closes the pool. Every lease then reports
     /// [`crate::LostReason::Shutdown`], and later calls fail with [`Error::is_closed`].
@@ -610,7 +683,28 @@ impl Client {
         in_flight.armed = false;
         let slot = in_flight.slot.take().expect("set above");
         drop(in_flight);
+        let grant = crate::results::Grant {
+            epoch: grant.epoch,
+            expires_at,
+        };
+        Ok(Ok(
+            self.start_keepalive(slot, key, grant, timing, sent, left)
+        ))
+    }
 
+    /// Hands a confirmed grant to a new keepalive task and returns its [`Lease`]: the validity
+    /// deadline is `sent + min(ttl, left) - margin` (`sent`: when the granting call was sent,
+    /// `left`: the time the server reported left on the grant).
+    fn start_keepalive(
+        &self,
+        slot: SlotGuard,
+        key: &str,
+        grant: crate::results::Grant,
+        timing: Timing,
+        sent: Instant,
+        left: Duration,
+    ) -> Lease {
+        let conns = &self.inner.conns;
         let valid_until = timing.valid_until(sent, left);
         let shared = Arc::new(Shared::new(
             key.to_owned(),
@@ -618,7 +712,7 @@ impl Client {
             grant.epoch,
             timing,
             valid_until,
-            expires_at,
+            grant.expires_at,
             self.inner.root.child_token(),
         ));
         let (control, commands) = mpsc::unbounded_channel();
@@ -650,7 +744,7 @@ impl Client {
         );
         span.follows_from(tracing::Span::current());
         self.inner.tracker.spawn(keepalive.run().instrument(span));
-        Ok(Ok(Lease::new(shared, conns.clone(), self.clone(), control)))
+        Lease::new(shared, conns.clone(), self.clone(), control)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Integration tests of the `pglease` client against real PostgreSQL servers (and a real
 //! PgBouncer for the pooler tests). One binary; each test uses its own keys.
 
+mod adopt;
 mod api;
 mod common;
 mod election;
