@@ -165,8 +165,6 @@ CREATE INDEX messages_unkeyed_due ON lease_queue.messages (qid, partition, deliv
     WHERE key IS NULL AND batch_id IS NULL;
 -- The messages of an open batch.
 CREATE INDEX messages_by_batch ON lease_queue.messages (batch_id) WHERE batch_id IS NOT NULL;
--- A committing producer's messages that have no position yet.
-CREATE INDEX messages_unstamped ON lease_queue.messages (qid, key, id) WHERE key IS NOT NULL AND seq IS NULL;
 
 -- One row per key that has messages (created by the first commit of a message of the key, deleted
 -- when its last message is acked or dead-lettered). Its row lock orders the commits of the key.
@@ -185,10 +183,13 @@ CREATE TABLE lease_queue.keys (
 CREATE INDEX keys_ready ON lease_queue.keys (qid, partition, ready_at, key) WHERE ready_at IS NOT NULL;
 
 -- One row per transaction that has sent keyed messages and not yet committed them (its top-level
--- transaction id): the deferred constraint trigger that stamps the commit order sits on this table,
--- so it fires once per transaction, whatever the number of messages. The trigger deletes the row.
+-- transaction id, and the id of its first such message): the deferred constraint trigger that stamps
+-- the commit order sits on this table, so it fires once per transaction, whatever the number of
+-- messages, and finds the transaction's messages from first_id on through the primary key. The
+-- trigger deletes the row.
 CREATE TABLE lease_queue.commit_marks (
-    xid bigint NOT NULL,
+    xid      bigint NOT NULL,
+    first_id bigint NOT NULL,
     CONSTRAINT commit_marks_pkey PRIMARY KEY (xid)
 );
 
@@ -562,14 +563,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r record;
+    v_first bigint;
 BEGIN
-    DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current();
+    DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current()
+    RETURNING c.first_id INTO v_first;
+    IF v_first IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- This transaction's unstamped messages have ids from its first keyed send up to the last id
+    -- this session took: a range of the primary key (other transactions' messages in it are either
+    -- invisible, uncommitted, or committed and stamped). Its cost is the traffic during this
+    -- transaction, not the table's.
     FOR r IN
         SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
                pg_catalog.array_agg(m.id ORDER BY m.id) AS ids,
                (pg_catalog.array_agg(m.deliver_at ORDER BY m.id))[1] AS first_due
           FROM lease_queue.messages AS m
-         WHERE m.key IS NOT NULL AND m.seq IS NULL
+         WHERE m.id BETWEEN v_first AND pg_catalog.currval('lease_queue.message_ids')
+           AND m.key IS NOT NULL AND m.seq IS NULL
          GROUP BY m.qid, m.key
          ORDER BY m.qid, m.key
     LOOP
@@ -778,7 +789,8 @@ BEGIN
     VALUES (v_id, v_qid, v_partition, send.key, send.payload, v_now,
             v_now + pg_catalog.date_part('epoch', send.delay) * interval '1 second');
     IF send.key IS NOT NULL THEN
-        INSERT INTO lease_queue.commit_marks (xid) VALUES (pg_catalog.txid_current()) ON CONFLICT DO NOTHING;
+        INSERT INTO lease_queue.commit_marks (xid, first_id) VALUES (pg_catalog.txid_current(), v_id)
+        ON CONFLICT DO NOTHING;
     END IF;
     IF v_notify THEN
         PERFORM pg_catalog.pg_notify('lease_queue', send.queue || ':' || v_partition);
@@ -883,7 +895,8 @@ BEGIN
       INTO v_ids, v_parts
       FROM added;
     IF EXISTS (SELECT FROM pg_catalog.unnest(send_batch.keys) AS k WHERE k IS NOT NULL) THEN
-        INSERT INTO lease_queue.commit_marks (xid) VALUES (pg_catalog.txid_current()) ON CONFLICT DO NOTHING;
+        INSERT INTO lease_queue.commit_marks (xid, first_id) VALUES (pg_catalog.txid_current(), v_ids[1])
+        ON CONFLICT DO NOTHING;
     END IF;
     IF v_notify AND v_parts IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify('lease_queue', send_batch.queue || ':' || x)

@@ -24,9 +24,14 @@ pub fn cluster() -> &'static Cluster {
     static SHARED: OnceLock<Cluster> = OnceLock::new();
     SHARED.get_or_init(|| {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../extensions");
+        // A private mirror of the installation in this checkout's target/: the extension files
+        // under test never go into the installation, where another checkout could overwrite them.
+        let mirrors = root.join("../target/pgcluster-mirrors");
         let cluster = ClusterBuilder::for_major(major())
             .and_then(|b| {
-                b.extension_dir(root.join("pg_lease"))
+                b.private_mirror(true)
+                    .cache_dir(mirrors)
+                    .extension_dir(root.join("pg_lease"))
                     .extension_dir(root.join("pg_lease_queue"))
                     .start()
             })
