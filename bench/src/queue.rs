@@ -70,11 +70,15 @@ pub fn fetch_pgmq(repo: &Path, version: &str) -> BoxResult<(String, PgmqSource)>
         .join(format!("pgmq-{version}"));
     std::fs::create_dir_all(&dir)?;
     let find_wheel = || -> Option<std::path::PathBuf> {
-        std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).find(|p| {
-            p.extension().is_some_and(|x| x == "whl")
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("pgmq-"))
-        })
+        std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.extension().is_some_and(|x| x == "whl")
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("pgmq-"))
+            })
     };
     if find_wheel().is_none() {
         eprintln!(
@@ -140,7 +144,8 @@ async fn install_pgmq(c: &Client, sql: &str, src: &mut PgmqSource) -> BoxResult<
         return Ok(());
     }
     c.batch_execute(&format!("BEGIN; {sql}; COMMIT;")).await?;
-    src.installed = "its pgmq.sql run as the workload role (no extension files), in one transaction".into();
+    src.installed =
+        "its pgmq.sql run as the workload role (no extension files), in one transaction".into();
     Ok(())
 }
 
@@ -212,7 +217,8 @@ const LQ_CLAIM: &str = "SELECT claimed, epoch FROM lease_queue.claim($1::text, $
 const LQ_RECEIVE: &str = "SELECT batch_id, id FROM lease_queue.receive($1::text, $2::int, $3::text, \
                           $4::bigint, $5::int)";
 const LQ_ACK: &str = "SELECT lease_queue.ack($1::text, $2::int, $3::text, $4::bigint, $5::bigint)";
-const LQ_RELEASE: &str = "SELECT lease_queue.release($1::text, $2::int, $3::text, $4::bigint, true)";
+const LQ_RELEASE: &str =
+    "SELECT lease_queue.release($1::text, $2::int, $3::text, $4::bigint, true)";
 const PGMQ_SEND: &str = "SELECT count(*) FROM pgmq.send($1::text, $2::text::jsonb)";
 const PGMQ_SEND_FIFO: &str =
     "SELECT count(*) FROM pgmq.send($1::text, $2::text::jsonb, $3::text::jsonb)";
@@ -550,20 +556,33 @@ fn cpu_per(before: Option<u64>, after: Option<u64>, n: u64) -> Option<f64> {
     }
 }
 
-/// Producers send `batch` messages per transaction until `deadline` or until `cap` messages in
-/// all; returns (messages, per-call histogram).
-async fn produce(
-    db: &Db,
+/// What one producer phase sends: `batch` messages per transaction, until `deadline` or until
+/// `cap` messages in all (counted in `count`).
+struct Produce<'a> {
+    db: &'a Db,
     sync: bool,
     sys: System,
-    queue: &str,
+    queue: &'a str,
     batch: u32,
     producers: u32,
-    keys: &Arc<Vec<String>>,
+    keys: &'a Arc<Vec<String>>,
     cap: u64,
     deadline: Instant,
-    count: &Arc<AtomicU64>,
-) -> BoxResult<Histogram<u64>> {
+}
+
+/// Runs the producers; returns the per-call histogram.
+async fn produce(job: Produce<'_>, count: &Arc<AtomicU64>) -> BoxResult<Histogram<u64>> {
+    let Produce {
+        db,
+        sync,
+        sys,
+        queue,
+        batch,
+        producers,
+        keys,
+        cap,
+        deadline,
+    } = job;
     let mut tasks = Vec::new();
     for id in 0..producers {
         let db = db.clone();
@@ -596,16 +615,28 @@ async fn produce(
     Ok(hist)
 }
 
-async fn throughput_run(
-    db: &Db,
-    c: &Client,
-    plan: &Plan,
+/// One cell of the throughput matrix.
+#[derive(Clone, Copy)]
+struct Cell {
     sys: System,
     partitions: u32,
     batch: u32,
     sync: bool,
+}
+
+async fn throughput_run(
+    db: &Db,
+    c: &Client,
+    plan: &Plan,
+    cell: Cell,
     prefix: &str,
 ) -> BoxResult<ThroughputRun> {
+    let Cell {
+        sys,
+        partitions,
+        batch,
+        sync,
+    } = cell;
     let load_before = LoadAvg::now();
     let name = format!(
         "{prefix}tp_{}_{partitions}_{batch}_{}",
@@ -622,15 +653,17 @@ async fn throughput_run(
     let cpu0 = cpu_now();
     let t0 = Instant::now();
     let produce_call = produce(
-        db,
-        sync,
-        sys,
-        &name,
-        batch,
-        plan.queue_producers,
-        &keys,
-        cap,
-        t0 + seconds,
+        Produce {
+            db,
+            sync,
+            sys,
+            queue: &name,
+            batch,
+            producers: plan.queue_producers,
+            keys: &keys,
+            cap,
+            deadline: t0 + seconds,
+        },
         &count,
     )
     .await?;
@@ -788,7 +821,13 @@ enum Wait {
     PgmqNotify,
 }
 
-async fn send_latency(db: &Db, sync: bool, wait: Wait, n: u32, prefix: &str) -> BoxResult<LatencyMode> {
+async fn send_latency(
+    db: &Db,
+    sync: bool,
+    wait: Wait,
+    n: u32,
+    prefix: &str,
+) -> BoxResult<LatencyMode> {
     let sys = if wait == Wait::LqListen {
         System::Keyed
     } else {
@@ -813,9 +852,7 @@ async fn send_latency(db: &Db, sync: bool, wait: Wait, n: u32, prefix: &str) -> 
                 .execute("SELECT pgmq.enable_notify_insert($1::text, 0)", &[&queue])
                 .await?;
             let ch = format!("pgmq.q_{queue}.INSERT");
-            consumer
-                .batch_execute(&format!("LISTEN \"{ch}\""))
-                .await?;
+            consumer.batch_execute(&format!("LISTEN \"{ch}\"")).await?;
             ch
         }
         Wait::PgmqPoll(_) => String::new(),
@@ -1171,7 +1208,8 @@ async fn bloat(db: &Db, plan: &Plan, prefix: &str) -> BoxResult<BloatResult> {
             let keys = keys.clone();
             let count = produced[i].clone();
             let batch = plan.queue_bloat_batch;
-            let every = Duration::from_secs_f64(f64::from(batch) / f64::from(plan.queue_bloat_rate));
+            let every =
+                Duration::from_secs_f64(f64::from(batch) / f64::from(plan.queue_bloat_rate));
             tasks.push(tokio::spawn(async move {
                 let c = db.connect(false).await?;
                 let mut s = Sender::new(&c, sys, &q, batch, keys, 0).await?;
@@ -1383,7 +1421,13 @@ pub async fn run(
                 }
                 k += 1;
                 for sys in order {
-                    throughput.push(throughput_run(db, &c, plan, sys, p, b, sync, prefix).await?);
+                    let cell = Cell {
+                        sys,
+                        partitions: p,
+                        batch: b,
+                        sync,
+                    };
+                    throughput.push(throughput_run(db, &c, plan, cell, prefix).await?);
                 }
             }
         }
