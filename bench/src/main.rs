@@ -14,6 +14,7 @@ mod interleave;
 mod pgbench;
 mod plan;
 mod plot;
+mod queue;
 mod report;
 mod scripts;
 mod sections;
@@ -55,6 +56,8 @@ enum Section {
     Client,
     /// Variants of the function bodies in a scratch schema (optimisation candidates).
     Variants,
+    /// pg_lease_queue side by side with pgmq: throughput, latency, takeover, bloat.
+    Queue,
 }
 
 #[derive(Parser, Debug)]
@@ -85,6 +88,15 @@ struct Cli {
     /// Client counts for W1/W2 (comma-separated), overriding the plan.
     #[arg(long, value_delimiter = ',')]
     clients: Option<Vec<u32>>,
+    /// Queue section: seconds of each produce and consume phase of the throughput matrix.
+    #[arg(long)]
+    queue_seconds: Option<u32>,
+    /// Queue section: seconds of the bloat run (0: skip it).
+    #[arg(long)]
+    bloat_seconds: Option<u32>,
+    /// Queue section: the PyPI package `pgmq` whose SQL is installed at bench time.
+    #[arg(long, default_value = "1.1.4")]
+    pgmq_version: String,
 }
 
 fn repo_root() -> PathBuf {
@@ -126,6 +138,12 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
     };
     if let Some(c) = &cli.clients {
         plan.clients = c.clone();
+    }
+    if let Some(s) = cli.queue_seconds {
+        plan.queue_seconds = s.max(1);
+    }
+    if let Some(s) = cli.bloat_seconds {
+        plan.queue_bloat_seconds = s;
     }
     let repo = repo_root();
     let out_dir = cli.out.clone().unwrap_or_else(|| {
@@ -203,6 +221,24 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
             if !server.is_private() {
                 sections::scale_cleanup(&db).await?;
             }
+        }
+        if want(Section::Queue) {
+            eprintln!("[queue] pg_lease_queue and pgmq: throughput, latency, takeover, bloat");
+            let prefix = if server.is_private() {
+                String::new()
+            } else {
+                format!("b{}_", stamp.to_lowercase())
+            };
+            rep.queue = Some(
+                queue::run(
+                    &server.db(server::DB_QUEUE),
+                    &plan,
+                    &repo,
+                    &cli.pgmq_version,
+                    &prefix,
+                )
+                .await?,
+            );
         }
         rep.load_after = stats::LoadAvg::now();
         rep.suite_seconds = stats::round1(t0.elapsed().as_secs_f64());

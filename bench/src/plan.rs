@@ -32,6 +32,22 @@ pub struct Plan {
     pub variant_rounds: u32,
     pub variant_seconds: u32,
     pub variant_mixed_rounds: u32,
+    /// Queue section: partition counts (= consumers) and batch sizes of the throughput matrix.
+    pub queue_partitions: Vec<u32>,
+    pub queue_batches: Vec<u32>,
+    /// Producer connections of the throughput runs.
+    pub queue_producers: u32,
+    /// Seconds of each produce phase and (at most) of each consume phase.
+    pub queue_seconds: u32,
+    /// Messages waiting when a consume phase starts (the produce phase, topped up to this).
+    pub queue_backlog: u32,
+    /// send → handler samples per mode, and takeover samples per mode.
+    pub queue_latency_samples: u32,
+    pub queue_takeover_samples: u32,
+    /// The bloat run: seconds, offered rate (messages/s per system) and batch size.
+    pub queue_bloat_seconds: u32,
+    pub queue_bloat_rate: u32,
+    pub queue_bloat_batch: u32,
 }
 
 impl Plan {
@@ -59,6 +75,16 @@ impl Plan {
             variant_rounds: 1,
             variant_seconds: 2,
             variant_mixed_rounds: 5,
+            queue_partitions: vec![1, 4, 16],
+            queue_batches: vec![1, 100],
+            queue_producers: 2,
+            queue_seconds: 2,
+            queue_backlog: 10_000,
+            queue_latency_samples: 100,
+            queue_takeover_samples: 10,
+            queue_bloat_seconds: 60,
+            queue_bloat_rate: 1000,
+            queue_bloat_batch: 10,
         }
     }
 
@@ -86,6 +112,16 @@ impl Plan {
             variant_rounds: 1,
             variant_seconds: 1,
             variant_mixed_rounds: 2,
+            queue_partitions: vec![1, 4, 16],
+            queue_batches: vec![1, 100],
+            queue_producers: 2,
+            queue_seconds: 1,
+            queue_backlog: 2_000,
+            queue_latency_samples: 20,
+            queue_takeover_samples: 3,
+            queue_bloat_seconds: 10,
+            queue_bloat_rate: 500,
+            queue_bloat_batch: 10,
         }
     }
 }

@@ -653,5 +653,158 @@ pub fn all(r: &Report, dir: &Path) -> BoxResult<Vec<Plot>> {
     }
     storm_plots(dir, r, &mut out)?;
     scale_plot(dir, r, &mut out)?;
+    queue_plots(dir, r, &mut out)?;
     Ok(out)
+}
+
+fn system_color(name: &str) -> RGBColor {
+    match name {
+        "lq-keyed" => RGBColor(204, 37, 41),
+        "lq-unkeyed" => RGBColor(218, 124, 48),
+        "pgmq" => RGBColor(57, 106, 177),
+        "pgmq-fifo" => RGBColor(62, 150, 81),
+        _ => RGBColor(83, 81, 84),
+    }
+}
+
+/// Queue section: messages/s by partitions (one plot per synchronous_commit and batch size:
+/// consumed solid, produced dashed), and the bloat run's table sizes and dead tuples over time.
+fn queue_plots(dir: &Path, r: &Report, out: &mut Vec<Plot>) -> BoxResult<()> {
+    let Some(q) = &r.queue else { return Ok(()) };
+    let mut batches: Vec<u32> = q.throughput.iter().map(|t| t.batch).collect();
+    batches.sort_unstable();
+    batches.dedup();
+    let systems: Vec<String> = q.systems.iter().map(|s| s.0.clone()).collect();
+    for sync in ["off", "on"] {
+        for &b in &batches {
+            let runs: Vec<_> = q
+                .throughput
+                .iter()
+                .filter(|t| t.sync_commit == sync && t.batch == b)
+                .collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let mut series = Vec::new();
+            for sys in &systems {
+                let pts = |f: &dyn Fn(&crate::queue::ThroughputRun) -> f64| -> Vec<(f64, f64)> {
+                    runs.iter()
+                        .filter(|t| &t.system == sys)
+                        .map(|t| (t.partitions as f64, f(t)))
+                        .collect()
+                };
+                series.push(Series {
+                    label: format!("{sys} consumed"),
+                    color: system_color(sys),
+                    lines: vec![pts(&|t| t.consumed_per_s)],
+                    dashed: false,
+                    bars: vec![],
+                });
+                series.push(Series {
+                    label: format!("{sys} produced"),
+                    color: system_color(sys),
+                    lines: vec![pts(&|t| t.produced_per_s)],
+                    dashed: true,
+                    bars: vec![],
+                });
+            }
+            let ys: Vec<f64> = series
+                .iter()
+                .flat_map(|s| s.lines.iter().flatten().map(|p| p.1))
+                .collect();
+            let maxp = runs.iter().map(|t| t.partitions).max().unwrap_or(1) as f64;
+            render(
+                dir,
+                &format!("queue-throughput-batch-{b}-sync-{sync}"),
+                &Chart {
+                    title: format!(
+                        "Queue throughput, batch {b}, synchronous_commit={sync} (consumers = partitions)"
+                    ),
+                    x_desc: "partitions (pgmq: consumers)".into(),
+                    y_desc: "messages per second (log)".into(),
+                    x: Axis::Log(0.8, maxp * 1.25),
+                    y: log_bounds(ys.into_iter()),
+                    series,
+                    hlines: vec![],
+                    x_int: true,
+                    y_int: true,
+                },
+                out,
+            )?;
+        }
+    }
+    let Some(b) = &q.bloat else { return Ok(()) };
+    let tables: Vec<String> = b.tables.iter().map(|t| t.table.clone()).collect();
+    let t_end = b.samples.last().map_or(1.0, |x| x.t);
+    let mut size = Vec::new();
+    let mut dead = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let col = PALETTE[i % PALETTE.len()];
+        let pts = |f: &dyn Fn(&crate::sections::TableStat) -> f64| -> Vec<(f64, f64)> {
+            b.samples
+                .iter()
+                .filter_map(|x| x.tables.get(i).map(|ts| (x.t, f(ts))))
+                .collect()
+        };
+        size.push(Series {
+            label: format!("{t} heap, KiB"),
+            color: col,
+            lines: vec![pts(&|ts| ts.heap_bytes as f64 / 1024.0)],
+            dashed: false,
+            bars: vec![],
+        });
+        size.push(Series {
+            label: format!("{t} indexes, KiB"),
+            color: col,
+            lines: vec![pts(&|ts| ts.index_bytes as f64 / 1024.0)],
+            dashed: true,
+            bars: vec![],
+        });
+        dead.push(Series {
+            label: format!("{t} dead tuples"),
+            color: col,
+            lines: vec![pts(&|ts| ts.dead_tuples as f64)],
+            dashed: false,
+            bars: vec![],
+        });
+    }
+    for (name, title, ylabel, ser) in [
+        (
+            "queue-bloat-size",
+            format!(
+                "Queue bloat: table and index size under {} msg/s per system",
+                b.rate
+            ),
+            "KiB",
+            size,
+        ),
+        (
+            "queue-bloat-dead-tuples",
+            "Queue bloat: dead tuples (pg_stat_user_tables)".to_string(),
+            "n_dead_tup",
+            dead,
+        ),
+    ] {
+        let ys = ser
+            .iter()
+            .flat_map(|x| x.lines.iter().flatten().map(|p| p.1))
+            .collect::<Vec<_>>();
+        render(
+            dir,
+            name,
+            &Chart {
+                title,
+                x_desc: "seconds".into(),
+                y_desc: ylabel.into(),
+                x: Axis::Lin(0.0, t_end),
+                y: lin_bounds(ys.into_iter(), true),
+                series: ser,
+                hlines: vec![],
+                x_int: true,
+                y_int: true,
+            },
+            out,
+        )?;
+    }
+    Ok(())
 }

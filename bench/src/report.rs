@@ -43,6 +43,7 @@ pub struct Report {
     pub wake: Option<WakeResult>,
     pub client: Option<ClientResult>,
     pub variants: Option<VariantsResult>,
+    pub queue: Option<crate::queue::QueueResult>,
 }
 
 impl Report {
@@ -84,6 +85,7 @@ impl Report {
             wake: None,
             client: None,
             variants: None,
+            queue: None,
         })
     }
 
@@ -385,6 +387,9 @@ impl Report {
                 }
             }
             let _ = writeln!(w);
+        }
+        if let Some(q) = &self.queue {
+            crate::queue::markdown(w, q);
         }
         if !plots.is_empty() {
             let _ = writeln!(w, "## Plots\n");

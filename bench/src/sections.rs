@@ -178,13 +178,18 @@ pub struct StormResult {
 const STORM_TABLES: &str = "'lease.leases'::regclass, 'pglease_bench.storm_floor'::regclass";
 
 async fn table_stats(c: &Client) -> BoxResult<Vec<TableStat>> {
+    table_stats_of(c, STORM_TABLES).await
+}
+
+/// Size and statistics of `tables` (a list of `'name'::regclass`), ordered by name.
+pub async fn table_stats_of(c: &Client, tables: &str) -> BoxResult<Vec<TableStat>> {
     let rows = c
         .query(
             &format!(
                 "SELECT s.relid::regclass::text, pg_relation_size(s.relid), pg_indexes_size(s.relid),
                         s.n_live_tup, s.n_dead_tup, s.n_tup_upd, s.n_tup_hot_upd, s.autovacuum_count
                    FROM pg_stat_user_tables AS s
-                  WHERE s.relid IN ({STORM_TABLES})
+                  WHERE s.relid IN ({tables})
                   ORDER BY 1"
             ),
             &[],

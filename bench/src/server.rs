@@ -26,6 +26,8 @@ pub const DB_STORM: &str = "bench_storm";
 pub const DB_SCALE: &str = "bench_scale";
 /// A database with the previous release of pg_lease (the `previous` variant's bodies).
 pub const DB_PREVIOUS: &str = "bench_previous";
+/// The queue section's database: pg_lease, pg_lease_queue and pgmq's SQL (installed at bench time).
+pub const DB_QUEUE: &str = "bench_queue";
 
 pub struct Server {
     pub cluster: Option<Cluster>,
@@ -48,6 +50,7 @@ impl Server {
     pub fn start_private(major: u32, repo: &Path) -> BoxResult<Server> {
         let cluster = ClusterBuilder::for_major(major)?
             .extension_dir(repo.join("extensions/pg_lease"))
+            .extension_dir(repo.join("extensions/pg_lease_queue"))
             .setting("max_connections", "60")
             .start()?;
         let mut main = Config::new();
@@ -94,7 +97,7 @@ impl Server {
             let c = connect(&postgres, None).await?;
             c.batch_execute(&format!("CREATE ROLE {ROLE} LOGIN"))
                 .await?;
-            for db in [DB_MAIN, DB_STORM, DB_SCALE, DB_PREVIOUS] {
+            for db in [DB_MAIN, DB_STORM, DB_SCALE, DB_PREVIOUS, DB_QUEUE] {
                 c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
                     .await?;
             }
@@ -114,9 +117,18 @@ impl Server {
                 c.batch_execute("CREATE EXTENSION pg_lease").await?;
                 create_baselines(&c).await?;
             }
+            let mut cfg = self.main.clone();
+            cfg.dbname(DB_QUEUE);
+            connect(&cfg, None)
+                .await?
+                .batch_execute("CREATE EXTENSION pg_lease_queue CASCADE")
+                .await?;
         } else {
             let mut c = connect(&self.main, None).await?;
             pglease::install(&mut c).await?;
+            if pglease::PG_LEASE_QUEUE.installed(&c).await?.is_none() {
+                pglease::PG_LEASE_QUEUE.install(&mut c).await?;
+            }
             create_baselines(&c).await?;
             let su: bool = c
                 .query_one(
