@@ -406,10 +406,12 @@ async fn queue_histories_lose_nothing_apply_effects_once_fence_zombies_and_keep_
             Arc::clone(&incarnations),
         )));
     }
-    // Run until enough crash/takeover cycles happened (bounded: the test fails if they do not).
+    // Run until enough crash/takeover cycles happened (bounded: the test fails if they do not),
     let wanted = cycles_wanted();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60 + wanted * 2);
-    while record.lock().unwrap().deaths < wanted && tokio::time::Instant::now() < deadline {
+    // Also until a zombie's ack was fenced at least once (pauses are a few percent of the batches).
+    let done = |r: &Record| r.deaths >= wanted && r.fenced > 0;
+    while !done(&record.lock().unwrap()) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, Ordering::Relaxed);

@@ -672,8 +672,8 @@ pub fn parse_prefix(s: &str) -> Result<String, String> {
 
 mod queue;
 pub use queue::{
-    QueueCommand, QueueCreateArgs, QueueDeadLettersArgs, QueueNameArgs, QueueRedriveArgs,
-    QueueSendArgs, QueueStatsArgs,
+    QueueCommand, QueueConsumeArgs, QueueCreateArgs, QueueDeadLettersArgs, QueueNameArgs,
+    QueueRedriveArgs, QueueSendArgs, QueueStatsArgs,
 };
 
 #[cfg(test)]

@@ -130,6 +130,7 @@ impl Config {
                     QueueCommand::Stats(a) => &a.conn,
                     QueueCommand::DeadLetters(a) => &a.conn,
                     QueueCommand::Redrive(a) => &a.conn,
+                    QueueCommand::Consume(a) => &a.conn,
                 })?,
                 command,
             },
@@ -178,6 +179,8 @@ impl Config {
                 QueueCommand::Stats(a) => until_signal(queue::stats(a, &target)).await,
                 QueueCommand::DeadLetters(a) => until_signal(queue::dead_letters(a, &target)).await,
                 QueueCommand::Redrive(a) => until_signal(queue::redrive(a, &target)).await,
+                // `consume` forwards signals to its command and shuts down cleanly itself.
+                QueueCommand::Consume(a) => crate::consume::consume(a, &target).await,
             },
             Config::Local {
                 command,

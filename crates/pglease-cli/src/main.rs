@@ -7,6 +7,7 @@ mod child;
 mod cli;
 mod config;
 mod connect;
+mod consume;
 mod demo;
 mod embedded;
 mod exit;

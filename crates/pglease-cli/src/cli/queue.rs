@@ -32,6 +32,20 @@ pub enum QueueCommand {
     Stats(QueueStatsArgs),
     /// List a queue's dead letters, oldest death first.
     DeadLetters(QueueDeadLettersArgs),
+    /// Consume a queue: run a command for each message, its payload on stdin.
+    ///
+    /// Claims partitions (a fair share of the queue, balanced with the other consumers; or
+    /// --partition), keeps their leases alive, and runs CMD once per message, in each key's order,
+    /// with the JSON payload on stdin and PGLEASE_QUEUE, PGLEASE_PARTITION, PGLEASE_EPOCH,
+    /// PGLEASE_MESSAGE_ID, PGLEASE_KEY (unset for an unkeyed message), PGLEASE_ATTEMPTS and
+    /// PGLEASE_BATCH_ID in its environment. Exit 0 acks the message; any other exit nacks it, and it
+    /// is retried with backoff (its key waits; other keys go on) until it becomes a dead letter
+    /// after the queue's max attempts. If a partition's lease is lost while CMD runs, CMD's process
+    /// group gets SIGTERM, then SIGKILL after --kill-after, and the message goes to the partition's
+    /// next holder (pass PGLEASE_EPOCH to what CMD writes, to fence it). SIGINT, SIGTERM and SIGHUP
+    /// are forwarded to a running CMD; consume then stops taking messages, finishes its batch,
+    /// releases its partitions and exits with 128 + the signal's number.
+    Consume(QueueConsumeArgs),
     /// Put dead letters back at the head of their key, in order, with attempts reset.
     ///
     /// Exactly one of --key, --unkeyed, --all. A key with messages in an open batch is refused
@@ -111,6 +125,40 @@ pub struct QueueStatsArgs {
     pub watch: Option<Duration>,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease queue consume`.
+#[derive(Debug, Args)]
+pub struct QueueConsumeArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// Consume only these partitions (repeatable); default: a fair share, balanced.
+    #[arg(long = "partition", value_name = "P", value_parser = clap::value_parser!(u32).range(0..1024))]
+    pub partitions: Vec<u32>,
+    /// Hold at most this many partitions (balanced mode).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_partitions: Option<u32>,
+    /// The partitions' lease ttl: how long a crashed consumer keeps its messages from others.
+    #[arg(long, short = 't', value_name = "DURATION", default_value = "30s", value_parser = super::parse_run_ttl)]
+    pub ttl: Duration,
+    /// Messages per batch (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub batch: u32,
+    /// Exit 0 after this many runs of CMD that ended (exit 0: acked, or not: nacked); a run
+    /// stopped because its lease was lost does not count.
+    #[arg(long, value_name = "N")]
+    pub max_messages: Option<u64>,
+    /// The consumer's owner string; default <hostname>-<pid>-<nonce>.
+    #[arg(long, value_name = "OWNER", env = "PGLEASE_OWNER", value_parser = super::parse_run_owner)]
+    pub owner: Option<String>,
+    /// After SIGTERM on a lost lease, wait this long before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait)]
+    pub kill_after: Duration,
+    /// The command and its arguments, after --.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
     #[command(flatten)]
     pub conn: ConnArgs,
 }

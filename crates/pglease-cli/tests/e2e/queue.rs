@@ -180,3 +180,110 @@ fn dead_letters_are_listed_and_redriven_in_order() {
     );
     expect_eq("order after redrive", "1,2", got.trim());
 }
+
+#[test]
+fn consume_acks_on_exit_0_and_retries_a_failing_message_until_it_is_a_dead_letter() {
+    let case = queue_case("queue_cli_consume");
+    case.pglease(["queue", "create", "work", "-p", "2", "--max-attempts", "2"])
+        .expect_code(0);
+    for n in 1..=3 {
+        case.pglease(["queue", "send", "work", "-k", "a", &n.to_string()])
+            .expect_code(0);
+    }
+    case.pglease(["queue", "send", "work", "-k", "b", r#""fail""#])
+        .expect_code(0);
+    let log = case.file("handled");
+    let script = format!(
+        r#"p=$(cat); echo "$PGLEASE_KEY $p $PGLEASE_ATTEMPTS" >> {log}; [ "$p" != '"fail"' ]"#,
+        log = log.display()
+    );
+    // 3 messages of a, and b twice (max attempts 2): 5 runs.
+    case.pglease([
+        "queue",
+        "consume",
+        "work",
+        "--ttl",
+        "10s",
+        "--max-messages",
+        "5",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .expect_code(0);
+    let handled = std::fs::read_to_string(&log).unwrap();
+    let of_a: Vec<&str> = handled.lines().filter(|l| l.starts_with("a ")).collect();
+    expect_eq(
+        "key a in order, once each",
+        vec!["a 1 1", "a 2 1", "a 3 1"],
+        of_a,
+    );
+    let of_b: Vec<&str> = handled.lines().filter(|l| l.starts_with("b ")).collect();
+    expect_eq("b retried", vec![r#"b "fail" 1"#, r#"b "fail" 2"#], of_b);
+    let dead = case
+        .pglease(["queue", "dead-letters", "work", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq("the dead letter", &Value::from("fail"), &dead[0]["payload"]);
+    // Everything settled, and the partitions released.
+    let stats = case
+        .pglease(["queue", "stats", "work", "--json"])
+        .expect_code(0)
+        .json();
+    for p in stats.as_array().unwrap() {
+        expect_eq("backlog", &Value::from(0), &p["backlog"]);
+        expect_eq("holder after exit", &Value::Null, &p["owner"]);
+    }
+}
+
+#[test]
+fn a_lease_lost_while_the_command_runs_stops_it_and_the_message_is_handled_again() {
+    let case = queue_case("queue_cli_consume_loss");
+    case.pglease(["queue", "create", "slow", "-p", "1"])
+        .expect_code(0);
+    case.pglease(["queue", "send", "slow", "-k", "k", "1"])
+        .expect_code(0);
+    let log = case.file("runs");
+    // First delivery: freeze pglease (SIGSTOP) past the 1 s ttl, let it go, and wait to be
+    // stopped. The redelivery (attempts 2) succeeds at once.
+    let script = format!(
+        r#"cat >/dev/null
+        echo "start $PGLEASE_ATTEMPTS $PGLEASE_EPOCH" >> {log}
+        if [ "$PGLEASE_ATTEMPTS" = 1 ]; then
+            trap 'echo "stopped $PGLEASE_EPOCH" >> {log}; exit 143' TERM
+            kill -STOP $PPID; sleep 3; kill -CONT $PPID
+            i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+            echo "not stopped" >> {log}
+        fi"#,
+        log = log.display()
+    );
+    case.pglease([
+        "queue",
+        "consume",
+        "slow",
+        "--ttl",
+        "1s",
+        "--kill-after",
+        "5s",
+        // A run stopped by a loss is neither acked nor nacked: only the redelivery counts.
+        "--max-messages",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .expect_code(0);
+    let runs = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = runs.lines().collect();
+    assert_eq!(lines.len(), 3, "{runs}");
+    let first: Vec<&str> = lines[0].split(' ').collect();
+    let stopped: Vec<&str> = lines[1].split(' ').collect();
+    let second: Vec<&str> = lines[2].split(' ').collect();
+    expect_eq("first run", ("start", "1"), (first[0], first[1]));
+    expect_eq("stopped on loss", "stopped", stopped[0]);
+    expect_eq("redelivered", ("start", "2"), (second[0], second[1]));
+    let (e1, e2): (i64, i64) = (first[2].parse().unwrap(), second[2].parse().unwrap());
+    assert!(e2 > e1, "the redelivery runs at a newer epoch: {runs}");
+}
