@@ -128,3 +128,43 @@ async fn every_function_behaves_the_same_under_every_legal_session_setting() {
         "most settings exist on every version"
     );
 }
+
+/// The same for pg_lease_queue: every queue function, under every legal session setting, gives
+/// exactly the results it gives under the defaults (`exercise_queue_api` asserts every result).
+#[tokio::test]
+async fn every_queue_function_behaves_the_same_under_every_legal_session_setting() {
+    let s = server();
+    let db = s.fresh_db_with_queue("queue_settings");
+    let mut applied = 0;
+    for (i, (name, value)) in SETTINGS.iter().enumerate() {
+        let app = s.connect_as(&db, APP).await;
+        let admin = s.connect_as(&db, ADMIN).await;
+        let set = if value.is_empty() {
+            format!("SET {name} = ''")
+        } else {
+            format!("SET {name} = '{}'", value.replace('\'', "''"))
+        };
+        match app.batch_execute(&set).await {
+            Ok(()) => {}
+            Err(e) if matches!(e.code().map(|c| c.code()), Some("42704" | "42501")) => continue,
+            Err(e) => panic!("{set}: {e:?}"),
+        }
+        admin
+            .batch_execute(&set)
+            .await
+            .unwrap_or_else(|e| panic!("{set} (installing role): {e}"));
+        applied += 1;
+        let prefix = format!("set{i}-");
+        let run =
+            tokio::spawn(
+                async move { crate::queue::exercise_queue_api(&app, &admin, &prefix).await },
+            );
+        if let Err(e) = run.await {
+            panic!("under {set}: {e}");
+        }
+    }
+    assert!(
+        applied > SETTINGS.len() / 2,
+        "most settings exist on every version"
+    );
+}
