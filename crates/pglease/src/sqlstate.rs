@@ -122,7 +122,7 @@ pub const MESSAGE_NOT_IN_BATCH: &str = "LQ003";
 pub const NOT_CLAIMED: &str = "LQ004";
 
 /// `55006` (`object_in_use`): pg_lease_queue `release` without `force` while the partition has an
-/// open batch, or `redrive` of a key with messages in an open batch. Nothing changed.
+/// open batch, or `redrive` of a key that was delivered in the open batch. Nothing changed.
 ///
 /// # Examples
 ///
@@ -216,8 +216,8 @@ pub const QUEUE: &[(&str, &str, &str)] = &[
     (
         BATCH_OPEN,
         "object_in_use",
-        "release without force while the partition has an open batch, or redrive of a key with \
-         messages in the open batch; nothing changed",
+        "release without force while the partition has an open batch, or redrive of a key that was \
+         delivered in the open batch; nothing changed",
     ),
     (
         QUEUE_NOT_FOUND,
