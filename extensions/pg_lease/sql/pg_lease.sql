@@ -90,6 +90,11 @@ GRANT USAGE ON SCHEMA lease TO @extowner@ WITH GRANT OPTION;
 --   prior_expires_at              the expiry before the last renew or release, written in the same
 --                                 update: a renew or release that waited for the row lock judges the
 --                                 lease as of the end of its wait with it.
+--   data                          the holder's value for the current grant (at most 8192 bytes of
+--                                 text; set by acquire, replaced by renew, cleared by release and by
+--                                 a grant without data). Never read by the lease logic.
+--   watched_until                 someone watches the key's holder until then (lease.watch): every
+--                                 grant, release and change of data notifies `pg_lease_changed`.
 --
 -- Only `key` is indexed, and no call ever changes it: every renew, grant and release is a HOT update.
 -- fillfactor 70 leaves room on each page for the new row versions that renewals create.
@@ -100,6 +105,8 @@ CREATE TABLE lease.leases (
     expires_at       timestamptz NOT NULL,
     waiting          boolean NOT NULL DEFAULT false,
     prior_expires_at timestamptz,
+    data             text,
+    watched_until    timestamptz,
     CONSTRAINT leases_pkey PRIMARY KEY (key)
 ) WITH (fillfactor = 70);
 
@@ -139,7 +146,9 @@ GRANT SELECT, INSERT ON TABLE lease.leases, lease.epoch_floor TO @extowner@;
 -- expression finds a problem do they call lease._raise_invalid_input, which names every violated
 -- constraint in the DETAIL and raises 22023. Nothing is written before the checks pass.
 -- Limits: keys and owners are 1..1024 bytes (far below the btree row limit of about 2700 bytes);
--- ttl is in (0, 365 days]; wait and older_than are in [0, 365 days].
+-- ttl is in (0, 365 days]; wait and older_than are in [0, 365 days]; data is at most 8192 bytes;
+-- a semaphore's name is 1..1018 bytes and its max_holders in [1, 10000] (slot keys stay within
+-- 1024 bytes); renew_many takes at most 100000 pairs.
 -- ---------------------------------------------------------------------------------------------------
 
 -- Violations of a key/owner/prefix-like text argument, as DETAIL fragments.
@@ -185,6 +194,17 @@ BEGIN
 END
 $$;
 
+-- Violations of a data argument (NULL is allowed: no data, or keep the current data).
+CREATE FUNCTION lease._data_violations(value text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN pg_catalog.octet_length(value) > 8192
+                THEN ARRAY['data must be at most 8192 bytes (got ' || pg_catalog.octet_length(value) || ')']
+                ELSE '{}'::text[] END
+$$;
+
 -- Raise 22023 (invalid_parameter_value) naming every violation. Never returns.
 CREATE FUNCTION lease._raise_invalid_input(fn text, violations text[])
 RETURNS void
@@ -197,7 +217,9 @@ BEGIN
         MESSAGE = 'invalid input to ' || fn,
         DETAIL  = pg_catalog.array_to_string(violations, '; ') || '.',
         HINT    = 'Keys and owners are non-empty text of at most 1024 bytes; ttl is in (0, 365 days]; '
-                  || 'wait and older_than are in [0, 365 days]; epoch is not NULL.';
+                  || 'wait and older_than are in [0, 365 days]; epoch is not NULL; '
+                  || 'data is at most 8192 bytes; a semaphore name is at most 1018 bytes and '
+                  || 'max_holders and slot are in [1, 10000]; renew_many takes at most 100000 distinct keys.';
 END
 $$;
 
@@ -250,6 +272,7 @@ $$;
 
 REVOKE ALL ON FUNCTION lease._text_violations(text, text, boolean, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._interval_violations(text, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._data_violations(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid_input(text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._check_grant_args(text, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint) FROM PUBLIC;
@@ -262,16 +285,17 @@ CREATE TYPE lease.acquire_result AS (acquired boolean, epoch bigint, expires_at 
 CREATE TYPE lease.renew_result AS (status text, expires_at timestamptz);
 
 -- ---------------------------------------------------------------------------------------------------
--- lease.acquire(key, owner, ttl, wait DEFAULT 0) -> (acquired, epoch, expires_at)
+-- lease.acquire(key, owner, ttl, wait DEFAULT 0, data DEFAULT NULL) -> (acquired, epoch, expires_at)
 --
--- Contract: docs/SEMANTICS.md §3. Grants a FREE, LAPSED or unknown key with the next epoch; returns
--- the current grant unchanged to its owner; refuses (false, NULL, NULL) when another owner holds it
--- and wait = 0; with wait > 0 polls without holding a row lock and raises 57014 at the deadline.
--- 22023 on invalid input. A grant made after waiting for the key's row lock counts its ttl from the
--- end of that wait.
+-- Contract: docs/SEMANTICS.md §3. Grants a FREE, LAPSED or unknown key with the next epoch, carrying
+-- `data`; returns the current grant unchanged to its owner (only its data is replaced, when `data`
+-- is given); refuses (false, NULL, NULL) when another owner holds it and wait = 0; with wait > 0
+-- polls without holding a row lock and raises 57014 at the deadline. 22023 on invalid input. A
+-- grant made after waiting for the key's row lock counts its ttl from the end of that wait. A grant,
+-- or a change of data, of a watched key notifies `pg_lease_changed` (payload: the key) at commit.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.acquire(
-    key text, owner text, ttl interval, wait interval DEFAULT interval '0')
+    key text, owner text, ttl interval, wait interval DEFAULT interval '0', data text DEFAULT NULL)
 RETURNS lease.acquire_result
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -286,8 +310,11 @@ DECLARE
     v_owner text;
     v_epoch bigint;
     v_expires_at timestamptz;
+    v_same_data boolean;         -- the current grant's data is already `data`
+    v_watched boolean;           -- someone watches the key: notify pg_lease_changed
 BEGIN
-    -- The common case first: an owner of 1..1024 bytes, a ttl in (0, 365 days] and no wait (lengths
+    -- The common case first: an owner of 1..1024 bytes, a ttl in (0, 365 days], no wait and data of
+    -- at most 8192 bytes (lengths
     -- of durations in seconds, as everywhere: EXTRACT(epoch ...) is date_part's value, exact). The
     -- key needs no check here: an invalid key matches no row, and the path below validates every
     -- argument before it reads or creates a row for a key the UPDATE did not find. (Range tests keep
@@ -295,7 +322,8 @@ BEGIN
     -- transaction.)
     IF (pg_catalog.octet_length(acquire.owner) <@ '[1,1024]'::pg_catalog.int4range
         AND EXTRACT(epoch FROM acquire.ttl) <@ '(0,31536000]'::pg_catalog.numrange
-        AND EXTRACT(epoch FROM acquire.wait) = 0) IS NOT TRUE
+        AND EXTRACT(epoch FROM acquire.wait) = 0
+        AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192) IS NOT TRUE
     THEN
         -- Invalid input (22023, naming every violation), or a blocking acquire.
         IF (acquire.key <> '' AND pg_catalog.octet_length(acquire.key) <= 1024
@@ -303,13 +331,15 @@ BEGIN
             AND pg_catalog.date_part('epoch', acquire.ttl) > 0
             AND pg_catalog.date_part('epoch', acquire.ttl) <= 31536000
             AND pg_catalog.date_part('epoch', acquire.wait) > 0                 -- wait in [0, 365 days]
-            AND pg_catalog.date_part('epoch', acquire.wait) <= 31536000) IS NOT TRUE
+            AND pg_catalog.date_part('epoch', acquire.wait) <= 31536000
+            AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192) IS NOT TRUE
         THEN
             PERFORM lease._raise_invalid_input('lease.acquire',
                 lease._text_violations('key', acquire.key, false, false)
                 || lease._text_violations('owner', acquire.owner, false, false)
                 || lease._interval_violations('ttl', acquire.ttl, true)
-                || lease._interval_violations('wait', acquire.wait, false));
+                || lease._interval_violations('wait', acquire.wait, false)
+                || lease._data_violations(acquire.data));
         END IF;
 
         -- Blocking: each attempt is a non-blocking acquire in a subtransaction. A refused attempt is
@@ -321,7 +351,7 @@ BEGIN
             BEGIN
                 SELECT a.acquired, a.epoch, a.expires_at
                   INTO r.acquired, r.epoch, r.expires_at
-                  FROM lease.acquire(acquire.key, acquire.owner, acquire.ttl) AS a;
+                  FROM lease.acquire(acquire.key, acquire.owner, acquire.ttl, interval '0', acquire.data) AS a;
                 IF r.acquired THEN
                     RETURN r;
                 END IF;
@@ -364,13 +394,18 @@ BEGIN
                epoch = l.epoch + 1,
                expires_at = pg_catalog.clock_timestamp()
                             + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second',
-               waiting = false
+               waiting = false,
+               data = acquire.data
          WHERE l.key = acquire.key
            AND (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
         RETURNING true, l.epoch, l.expires_at,
                   l.expires_at - pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second'
-                      >= pg_catalog.clock_timestamp() - interval '1 millisecond'
-             INTO r.acquired, r.epoch, r.expires_at, v_done;
+                      >= pg_catalog.clock_timestamp() - interval '1 millisecond',
+                  l.watched_until > pg_catalog.clock_timestamp()
+             INTO r.acquired, r.epoch, r.expires_at, v_done, v_watched;
+        IF v_watched THEN
+            PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
+        END IF;
         IF v_done THEN
             RETURN r;                        -- granted (the common case)
         END IF;
@@ -386,7 +421,8 @@ BEGIN
         END IF;
 
         -- Held (by us or another owner), or no row at all. A plain read, no lock.
-        SELECT l.owner, l.epoch, l.expires_at INTO v_owner, v_epoch, v_expires_at
+        SELECT l.owner, l.epoch, l.expires_at, acquire.data IS NULL OR l.data = acquire.data
+          INTO v_owner, v_epoch, v_expires_at, v_same_data
           FROM lease.leases AS l
          WHERE l.key = acquire.key;
 
@@ -394,7 +430,22 @@ BEGIN
             IF v_owner IS NULL OR v_expires_at <= pg_catalog.clock_timestamp() THEN
                 CONTINUE;                    -- freed or lapsed since the UPDATE: try again
             ELSIF v_owner = acquire.owner THEN
-                r.acquired := true;          -- already ours: idempotent, nothing changes
+                IF v_same_data IS NOT TRUE THEN
+                    -- Already ours, with other data: replace the data, nothing else. Judged again
+                    -- under the row lock: if the grant changed meanwhile, start over.
+                    UPDATE lease.leases AS l
+                       SET data = acquire.data
+                     WHERE l.key = acquire.key
+                       AND l.owner = acquire.owner
+                       AND l.epoch = v_epoch
+                       AND l.expires_at > pg_catalog.clock_timestamp()
+                    RETURNING l.watched_until > pg_catalog.clock_timestamp() INTO v_watched;
+                    CONTINUE WHEN NOT FOUND;
+                    IF v_watched THEN
+                        PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
+                    END IF;
+                END IF;
+                r.acquired := true;          -- already ours: idempotent, nothing else changes
                 r.epoch := v_epoch;
                 r.expires_at := v_expires_at;
             ELSE
@@ -409,9 +460,9 @@ BEGIN
         -- the sentinel waits out a running purge, so the floor read below includes what it removed.
         PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
         v_now := pg_catalog.clock_timestamp();
-        INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
+        INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, data)
         SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1,
-               v_now + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second'
+               v_now + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second', acquire.data
           FROM lease.epoch_floor AS f
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
         RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
@@ -437,15 +488,17 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
--- lease.renew(key, owner, epoch, ttl) -> (status, expires_at)
+-- lease.renew(key, owner, epoch, ttl, data DEFAULT NULL) -> (status, expires_at)
 --
 -- Contract: docs/SEMANTICS.md §3. Extends the grant (key, owner, epoch) to server time + ttl if it is
--- still HELD; otherwise changes nothing and reports not_owner, lapsed or epoch_mismatch, in that
--- precedence. Judged as of the moment the call holds the key's row: if it waited for the row lock
--- and the lease lapsed meanwhile, it undoes its update and reports `lapsed`. 22023 on invalid input.
+-- still HELD, and replaces its data when `data` is given (NULL keeps it); otherwise changes nothing
+-- and reports not_owner, lapsed or epoch_mismatch, in that precedence. Judged as of the moment the
+-- call holds the key's row: if it waited for the row lock and the lease lapsed meanwhile, it undoes
+-- its update and reports `lapsed`. A renewal that gives data to a watched key notifies
+-- `pg_lease_changed`. 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.renew(
-    key text, owner text, epoch bigint, ttl interval)
+    key text, owner text, epoch bigint, ttl interval, data text DEFAULT NULL)
 RETURNS lease.renew_result
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -456,17 +509,20 @@ DECLARE
     v_done boolean;              -- renewed without waiting, and the lease was HELD: nothing left to do
     v_locked_at timestamptz;     -- (about) when the statement held the row
     v_prior timestamptz;         -- the expiry the statement replaced
+    v_watched boolean;
 BEGIN
-    -- The ttl is checked first (in (0, 365 days], as in acquire): the UPDATE below writes it. The other
-    -- arguments need no check before it (an invalid key, owner or epoch matches no row); they are
-    -- checked before any refusal.
-    IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange) IS NOT TRUE
+    -- The ttl and the data are checked first (ttl in (0, 365 days], as in acquire): the UPDATE below
+    -- writes them. The other arguments need no check before it (an invalid key, owner or epoch
+    -- matches no row); they are checked before any refusal.
+    IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+        AND pg_catalog.octet_length(COALESCE(renew.data, '')) <= 8192) IS NOT TRUE
     THEN
         PERFORM lease._raise_invalid_input('lease.renew',
             lease._text_violations('key', renew.key, false, false)
             || lease._text_violations('owner', renew.owner, false, false)
             || CASE WHEN renew.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
-            || lease._interval_violations('ttl', renew.ttl, true));
+            || lease._interval_violations('ttl', renew.ttl, true)
+            || lease._data_violations(renew.data));
     END IF;
 
     LOOP
@@ -485,23 +541,35 @@ BEGIN
                   AND l.expires_at - pg_catalog.date_part('epoch', renew.ttl) * interval '1 second'
                       >= pg_catalog.clock_timestamp() - interval '1 millisecond'
              INTO r.status, r.expires_at, v_prior, v_done;
-        IF v_done THEN
+        IF v_done AND renew.data IS NULL THEN
             RETURN r;                        -- renewed (the common case)
         END IF;
         IF FOUND THEN
-            v_locked_at := pg_catalog.clock_timestamp();
-            IF v_prior <= v_locked_at THEN
-                -- The lease lapsed while we waited for the row lock: undo, report it.
-                UPDATE lease.leases AS l SET expires_at = v_prior WHERE l.key = renew.key;
-                r.status := 'lapsed';
-                r.expires_at := NULL;
-            ELSE
+            IF NOT v_done THEN
+                v_locked_at := pg_catalog.clock_timestamp();
+                IF v_prior <= v_locked_at THEN
+                    -- The lease lapsed while we waited for the row lock: undo, report it.
+                    UPDATE lease.leases AS l SET expires_at = v_prior WHERE l.key = renew.key;
+                    r.status := 'lapsed';
+                    r.expires_at := NULL;
+                    RETURN r;
+                END IF;
                 -- We waited, and the lease was still ours: count the ttl from the end of the wait.
                 UPDATE lease.leases AS l
                    SET expires_at = v_locked_at
                                     + pg_catalog.date_part('epoch', renew.ttl) * interval '1 second'
                  WHERE l.key = renew.key
                 RETURNING l.expires_at INTO r.expires_at;
+            END IF;
+            IF renew.data IS NOT NULL THEN
+                -- Renewed, with new data (we hold the row: no wait).
+                UPDATE lease.leases AS l
+                   SET data = renew.data
+                 WHERE l.key = renew.key
+                RETURNING l.watched_until > pg_catalog.clock_timestamp() INTO v_watched;
+                IF v_watched THEN
+                    PERFORM pg_catalog.pg_notify('pg_lease_changed', renew.key);
+                END IF;
             END IF;
             RETURN r;
         END IF;
@@ -525,7 +593,8 @@ $$;
 -- epoch_mismatch, in that precedence. Judged as of the moment the call holds the row, like renew;
 -- a release that waited for the row lock frees the key as of the end of that wait.
 -- When a waiter registered for the released grant, sends pg_notify('pg_lease_released', key),
--- delivered when the release commits; an uncontended release sends nothing. 22023 on invalid input.
+-- delivered when the release commits; an uncontended release sends nothing. The grant's data is
+-- cleared; a watched key notifies `pg_lease_changed`. 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.release(key text, owner text, epoch bigint, OUT status text)
 RETURNS text
@@ -537,14 +606,16 @@ DECLARE
     v_waiting boolean;
     v_prior timestamptz;
     v_freed_at timestamptz;
+    v_has_data boolean;
+    v_watched boolean;
 BEGIN
     -- No argument needs a check before the UPDATE: an invalid key, owner or epoch matches no row, and
     -- they are checked before any refusal.
     LOOP
         -- The clock is read inline, as in acquire. The status is 'ok' right away when the release was
         -- stamped no more than 1 ms before the statement's end (it did not wait for the row lock),
-        -- the lease was still HELD at the stamp (the moment the statement held the row), and no
-        -- waiter needs a notification.
+        -- the lease was still HELD at the stamp (the moment the statement held the row), no waiter
+        -- or watcher needs a notification and there is no data to clear.
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
@@ -556,9 +627,12 @@ BEGIN
            AND l.expires_at > pg_catalog.clock_timestamp()
         RETURNING CASE WHEN NOT l.waiting AND l.prior_expires_at > l.expires_at
                             AND l.expires_at >= pg_catalog.clock_timestamp() - interval '1 millisecond'
+                            AND l.data IS NULL
+                            AND (l.watched_until > pg_catalog.clock_timestamp()) IS NOT TRUE
                        THEN 'ok' END,
-                  l.waiting, l.prior_expires_at, l.expires_at
-             INTO release.status, v_waiting, v_prior, v_freed_at;
+                  l.waiting, l.prior_expires_at, l.expires_at, l.data IS NOT NULL,
+                  l.watched_until > pg_catalog.clock_timestamp()
+             INTO release.status, v_waiting, v_prior, v_freed_at, v_has_data, v_watched;
         IF release.status IS NOT NULL THEN
             RETURN;                          -- released (the common case)
         END IF;
@@ -578,8 +652,14 @@ BEGIN
                    SET expires_at = pg_catalog.clock_timestamp()
                  WHERE l.key = release.key;
             END IF;
+            IF v_has_data THEN
+                UPDATE lease.leases AS l SET data = NULL WHERE l.key = release.key;
+            END IF;
             IF v_waiting THEN
                 PERFORM pg_catalog.pg_notify('pg_lease_released', release.key);
+            END IF;
+            IF v_watched THEN
+                PERFORM pg_catalog.pg_notify('pg_lease_changed', release.key);
             END IF;
             release.status := 'ok';
             RETURN;
@@ -595,14 +675,14 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
--- lease.inspect(key) -> (held, owner, epoch, expires_at)
+-- lease.inspect(key) -> (held, owner, epoch, expires_at, data)
 --
 -- The key's state as of now by the server clock; advisory (it takes no lock). Zero rows for a key
--- never leased (or purged). held = false for FREE and LAPSED keys, with owner and expires_at NULL and
--- epoch the key's fencing counter: every epoch <= it is stale, the next grant is greater.
+-- never leased (or purged). held = false for FREE and LAPSED keys, with owner, expires_at and data
+-- NULL and epoch the key's fencing counter: every epoch <= it is stale, the next grant is greater.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.inspect(key text)
-RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz, data text)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -617,22 +697,23 @@ BEGIN
         SELECT s.held,
                CASE WHEN s.held THEN s.owner END,
                s.epoch,
-               CASE WHEN s.held THEN s.expires_at END
+               CASE WHEN s.held THEN s.expires_at END,
+               CASE WHEN s.held THEN s.data END
           FROM (SELECT l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp() AS held,
-                       l.owner, l.epoch, l.expires_at
+                       l.owner, l.epoch, l.expires_at, l.data
                   FROM lease.leases AS l
                  WHERE l.key = inspect.key) AS s;
 END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
--- lease.list(prefix DEFAULT NULL) -> SETOF (key, held, owner, epoch, expires_at)
+-- lease.list(prefix DEFAULT NULL) -> SETOF (key, held, owner, epoch, expires_at, data)
 --
 -- Every key (or every key starting with `prefix`, compared byte-wise), ordered by key, with the same
 -- columns and meaning as lease.inspect. For operators; callable by the roles that can call inspect.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.list(prefix text DEFAULT NULL)
-RETURNS TABLE (key text, held boolean, owner text, epoch bigint, expires_at timestamptz)
+RETURNS TABLE (key text, held boolean, owner text, epoch bigint, expires_at timestamptz, data text)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -647,10 +728,11 @@ BEGIN
                s.held,
                CASE WHEN s.held THEN s.owner END,
                s.epoch,
-               CASE WHEN s.held THEN s.expires_at END
+               CASE WHEN s.held THEN s.expires_at END,
+               CASE WHEN s.held THEN s.data END
           FROM (SELECT l.key,
                        l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp() AS held,
-                       l.owner, l.epoch, l.expires_at
+                       l.owner, l.epoch, l.expires_at, l.data
                   FROM lease.leases AS l
                  WHERE list.prefix IS NULL
                     OR l.key LIKE pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
@@ -783,6 +865,546 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
+-- lease.renew_many(owner, keys, epochs, ttl) -> SETOF (key, status, expires_at)
+--
+-- Contract: docs/SEMANTICS.md §3. One call renews many grants of one owner: for each pair
+-- (keys[i], epochs[i]) the judgement of lease.renew(keys[i], owner, epochs[i], ttl) — `ok` with the
+-- new expiry, or not_owner, lapsed, epoch_mismatch, in that precedence — one row per pair, in no
+-- particular order. It never waits for a key's row lock: a key whose row another transaction holds
+-- locked (a lease.fence in progress, a concurrent call on the key) is not judged and reports `busy`
+-- (renew it on its own with lease.renew), so one long guarded transaction cannot delay the renewal
+-- of the other keys. Data is left as it is. The keys must be distinct; at most 100000 pairs.
+-- 22023 on invalid input, and nothing is renewed.
+-- ---------------------------------------------------------------------------------------------------
+
+-- Raise 22023 naming every violation if the arguments of renew_many are invalid; otherwise return.
+CREATE FUNCTION lease._check_renew_many_args(owner text, keys text[], epochs bigint[], ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_violations text[] := lease._text_violations('owner', owner, false, false)
+                           || lease._interval_violations('ttl', ttl, true);
+    v_first integer;
+    v_dup text;
+BEGIN
+    IF keys IS NULL THEN
+        v_violations := v_violations || 'keys must not be NULL'::text;
+    END IF;
+    IF epochs IS NULL THEN
+        v_violations := v_violations || 'epochs must not be NULL'::text;
+    END IF;
+    IF pg_catalog.array_ndims(keys) > 1 OR pg_catalog.array_ndims(epochs) > 1 THEN
+        v_violations := v_violations || 'keys and epochs must be one-dimensional arrays'::text;
+    END IF;
+    IF pg_catalog.cardinality(keys) <> pg_catalog.cardinality(epochs) THEN
+        v_violations := v_violations || ('keys and epochs must have the same length (got '
+            || pg_catalog.cardinality(keys) || ' and ' || pg_catalog.cardinality(epochs) || ')');
+    END IF;
+    IF pg_catalog.cardinality(keys) > 100000 THEN
+        v_violations := v_violations || ('at most 100000 keys (got ' || pg_catalog.cardinality(keys) || ')');
+    END IF;
+    SELECT pg_catalog.min(u.i) INTO v_first
+      FROM pg_catalog.unnest(keys) WITH ORDINALITY AS u(k, i)
+     WHERE u.k IS NULL OR u.k = '' OR pg_catalog.octet_length(u.k) > 1024;
+    IF v_first IS NOT NULL THEN
+        v_violations := v_violations || lease._text_violations('keys[' || v_first || ']', keys[v_first], false, false);
+    END IF;
+    SELECT pg_catalog.min(u.i) INTO v_first
+      FROM pg_catalog.unnest(epochs) WITH ORDINALITY AS u(e, i)
+     WHERE u.e IS NULL;
+    IF v_first IS NOT NULL THEN
+        v_violations := v_violations || ('epochs[' || v_first || '] must not be NULL');
+    END IF;
+    SELECT u.k INTO v_dup
+      FROM pg_catalog.unnest(keys) AS u(k)
+     WHERE u.k IS NOT NULL
+     GROUP BY u.k
+    HAVING pg_catalog.count(*) > 1
+     LIMIT 1;
+    IF v_dup IS NOT NULL THEN
+        v_violations := v_violations || ('keys must be distinct (' || pg_catalog.quote_literal(v_dup)
+                                         || ' appears more than once)');
+    END IF;
+    IF pg_catalog.cardinality(v_violations) > 0 THEN
+        PERFORM lease._raise_invalid_input('lease.renew_many', v_violations);
+    END IF;
+END
+$$;
+
+-- Inside renew_many's single statement: give up on it and take the careful path (never escapes
+-- renew_many).
+CREATE FUNCTION lease._renew_many_recheck()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'LE900', MESSAGE = 'lease.renew_many: recheck';
+END
+$$;
+
+-- Inside renew_many's single statement: the refusal of a pair that was not renewed, or a recheck
+-- when the pair is invalid (the careful path raises 22023) or the row changed since the statement
+-- began (the careful path judges it again).
+CREATE FUNCTION lease._renew_many_refusal(key text, owner text, epoch bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    IF (key <> '' AND pg_catalog.octet_length(key) <= 1024
+        AND owner <> '' AND pg_catalog.octet_length(owner) <= 1024
+        AND epoch IS NOT NULL) IS NOT TRUE
+    THEN
+        PERFORM lease._renew_many_recheck();
+    END IF;
+    v_status := lease._refusal(key, owner, epoch);
+    IF v_status = 'ok' THEN
+        PERFORM lease._renew_many_recheck();
+    END IF;
+    RETURN v_status;
+END
+$$;
+
+REVOKE ALL ON FUNCTION lease._check_renew_many_args(text, text[], bigint[], interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._renew_many_recheck() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._renew_many_refusal(text, text, bigint) FROM PUBLIC;
+
+CREATE FUNCTION lease.renew_many(owner text, keys text[], epochs bigint[], ttl interval)
+RETURNS TABLE (key text, status text, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan        -- plans for the arrays at hand: their length decides the join
+AS $$
+DECLARE
+    v_n integer := pg_catalog.cardinality(renew_many.keys);
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    v_rows bigint;
+    v_key text;
+    v_epoch bigint;
+    v_locked boolean;
+    r lease.renew_result;
+BEGIN
+    -- What the statement below relies on: a ttl in (0, 365 days] (it writes it) and two
+    -- one-dimensional arrays of the same length (it pairs them up). The owner and each pair need no
+    -- check before it (invalid ones match no row; they send the call down the careful path, which
+    -- checks everything first).
+    IF (EXTRACT(epoch FROM renew_many.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+        AND v_n <= 100000
+        AND v_n = pg_catalog.cardinality(renew_many.epochs)
+        AND COALESCE(pg_catalog.array_ndims(renew_many.keys), 1) = 1
+        AND COALESCE(pg_catalog.array_ndims(renew_many.epochs), 1) = 1) IS NOT TRUE
+    THEN
+        PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
+                                             renew_many.ttl);
+    END IF;
+
+    -- The fast path: one statement renews every pair whose grant is HELD and reports the others'
+    -- refusals. Each row is judged as of the moment the statement holds it: its grant was still HELD
+    -- then (prior_expires_at, the expiry it replaced, is later than the clock read after the update).
+    -- The new expiry is the clock read when the statement reached the row plus ttl: never later than
+    -- ttl after the moment it held the row (earlier by a wait for the row lock, which lasts at most
+    -- lock_timeout = 10 ms here). A row whose lock it would wait for longer, a grant that lapsed
+    -- during such a wait, an invalid pair or a row that changed under the statement abandons the
+    -- statement (LE900, rolled back with its subtransaction) for the careful path. The gate on
+    -- `checked` makes the statement finish all its work, and so raise whatever it raises, before it
+    -- returns its first row.
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout', '10ms', true);
+        RETURN QUERY
+            WITH renewed AS (
+                UPDATE lease.leases AS l
+                   SET expires_at = pg_catalog.clock_timestamp()
+                                    + pg_catalog.date_part('epoch', renew_many.ttl) * interval '1 second',
+                       prior_expires_at = l.expires_at
+                  FROM ROWS FROM (pg_catalog.unnest(renew_many.keys),
+                                  pg_catalog.unnest(renew_many.epochs)) AS p(key, epoch)
+                 WHERE l.key = p.key
+                   AND l.owner = renew_many.owner
+                   AND l.epoch = p.epoch
+                   AND l.expires_at > pg_catalog.clock_timestamp()
+                RETURNING l.key, l.expires_at,
+                          CASE WHEN l.prior_expires_at > pg_catalog.clock_timestamp()
+                               THEN true
+                               ELSE lease._renew_many_recheck() END AS judged
+            ), checked AS MATERIALIZED (
+                SELECT q.key,
+                       CASE WHEN q.copies > 1 THEN lease._renew_many_recheck()::text    -- a key twice
+                            ELSE lease._renew_many_refusal(q.key, renew_many.owner, q.epoch) END AS status
+                  FROM (SELECT p.key, p.epoch, pg_catalog.count(*) OVER (PARTITION BY p.key) AS copies
+                          FROM ROWS FROM (pg_catalog.unnest(renew_many.keys),
+                                          pg_catalog.unnest(renew_many.epochs)) AS p(key, epoch)
+                         WHERE (SELECT pg_catalog.count(*) FROM renewed) < v_n
+                           AND NOT EXISTS (SELECT FROM renewed AS n WHERE n.key = p.key)) AS q
+            )
+            SELECT n.key, 'ok'::text, n.expires_at
+              FROM renewed AS n
+             WHERE n.judged AND (SELECT pg_catalog.count(*) FROM checked) >= 0
+            UNION ALL
+            SELECT c.key, c.status, NULL::timestamptz
+              FROM checked AS c;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+        IF v_rows = v_n THEN
+            RETURN;                          -- the common case
+        END IF;
+        -- Fewer rows than pairs: a key appears twice, once renewed. 22023 (the whole call is undone).
+        PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
+                                             renew_many.ttl);
+        RAISE EXCEPTION 'lease.renew_many: % rows for % pairs', v_rows, v_n;   -- unreachable
+    EXCEPTION WHEN SQLSTATE 'LE900' OR lock_not_available THEN
+        NULL;                                -- everything the statement did is undone: go on
+    END;
+
+    -- The careful path: check everything (22023 before any change), then judge one pair at a time,
+    -- taking each row's lock without waiting; lease.renew then judges it under that lock.
+    PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
+                                         renew_many.ttl);
+    FOR i IN 1 .. COALESCE(v_n, 0) LOOP
+        v_key := renew_many.keys[i];
+        v_epoch := renew_many.epochs[i];
+        SELECT true INTO v_locked
+          FROM lease.leases AS l
+         WHERE l.key = v_key
+           FOR NO KEY UPDATE SKIP LOCKED;
+        renew_many.key := v_key;
+        IF v_locked THEN
+            SELECT n.status, n.expires_at INTO r.status, r.expires_at
+              FROM lease.renew(v_key, renew_many.owner, v_epoch, renew_many.ttl) AS n;
+            renew_many.status := r.status;
+            renew_many.expires_at := r.expires_at;
+        ELSIF EXISTS (SELECT FROM lease.leases AS l WHERE l.key = v_key) THEN
+            renew_many.status := 'busy';     -- locked by another transaction: not judged
+            renew_many.expires_at := NULL;
+        ELSE
+            renew_many.status := 'not_owner';
+            renew_many.expires_at := NULL;
+        END IF;
+        v_locked := NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.watch(key) -> (held, owner, epoch, expires_at, data, lapses_in)
+--
+-- For observers of a key's holder (an election's followers). Marks the key as watched for the next
+-- hour, so that every grant, release and change of data of it notifies channel `pg_lease_changed`
+-- (payload: the key) when it commits, and returns the key's state as inspect does, with lapses_in =
+-- expires_at - now on the server clock when held (a lapse sends nothing: wake up then). LISTEN before
+-- calling it; call it again on every wake-up (it renews the mark when less than 30 minutes are left,
+-- otherwise it only reads). A key without a row gets a FREE one at the epoch floor, so that its first
+-- grant is seen (its epochs are those it would have had). 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.watch(
+    key text,
+    OUT held boolean, OUT owner text, OUT epoch bigint, OUT expires_at timestamptz, OUT data text,
+    OUT lapses_in interval)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF watch.key IS NULL OR watch.key = '' OR pg_catalog.octet_length(watch.key) > 1024 THEN
+        PERFORM lease._raise_invalid_input('lease.watch',
+            lease._text_violations('key', watch.key, false, false));
+    END IF;
+    LOOP
+        UPDATE lease.leases AS l
+           SET watched_until = pg_catalog.clock_timestamp() + interval '1 hour'
+         WHERE l.key = watch.key
+           AND (l.watched_until IS NULL
+                OR l.watched_until < pg_catalog.clock_timestamp() + interval '30 minutes');
+        SELECT s.held,
+               CASE WHEN s.held THEN s.owner END,
+               s.epoch,
+               CASE WHEN s.held THEN s.expires_at END,
+               CASE WHEN s.held THEN s.data END,
+               CASE WHEN s.held THEN GREATEST(s.expires_at - pg_catalog.clock_timestamp(), interval '0') END
+          INTO watch.held, watch.owner, watch.epoch, watch.expires_at, watch.data, watch.lapses_in
+          FROM (SELECT l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp() AS held,
+                       l.owner, l.epoch, l.expires_at, l.data
+                  FROM lease.leases AS l
+                 WHERE l.key = watch.key) AS s;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- No row: create a FREE one (as acquire creates keys: above every purged epoch).
+        PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
+        INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, watched_until)
+        SELECT watch.key, NULL, pg_catalog.max(f.floor), pg_catalog.clock_timestamp(),
+               pg_catalog.clock_timestamp() + interval '1 hour'
+          FROM lease.epoch_floor AS f
+        ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+    END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- Semaphores: at most max_holders holders of a named semaphore at once.
+--
+-- Contract: docs/SEMANTICS.md §7. Slot i (1-based) of semaphore S is the ordinary lease key
+-- lease.slot_key(S, i) = S || '#' || i: a holder renews, releases and fences its slot with the lease
+-- functions, and its fencing token is (slot key, epoch). A grant is made only in a slot numbered
+-- 1..max_holders and only while fewer than max_holders slots of S are held, so callers that agree
+-- on max_holders never see more than max_holders holders. The limit is an argument of each call,
+-- not stored: raising it takes effect at once; lowering it refuses new grants until the holders
+-- left (including those in slots above the new limit, which keep their grants and may renew them)
+-- are fewer than the new limit.
+-- ---------------------------------------------------------------------------------------------------
+CREATE TYPE lease.slot_result AS (acquired boolean, slot integer, key text, epoch bigint, expires_at timestamptz);
+
+-- Violations of a semaphore name (slot keys must fit in 1024 bytes: 1018 + '#' + up to 5 digits).
+CREATE FUNCTION lease._semaphore_violations(semaphore text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.array_remove(ARRAY[
+        CASE WHEN semaphore IS NULL THEN 'semaphore must not be NULL' END,
+        CASE WHEN semaphore = '' THEN 'semaphore must not be empty' END,
+        CASE WHEN pg_catalog.octet_length(semaphore) > 1018
+             THEN 'semaphore must be at most 1018 bytes (got ' || pg_catalog.octet_length(semaphore) || ')' END
+    ], NULL)
+$$;
+
+-- Violations of a max_holders (or slot) argument: in [1, 10000].
+CREATE FUNCTION lease._slot_count_violations(name text, value integer)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN value IS NULL THEN ARRAY[name || ' must not be NULL']
+                WHEN value < 1 OR value > 10000 THEN ARRAY[name || ' must be in [1, 10000] (got ' || value || ')']
+                ELSE '{}'::text[] END
+$$;
+
+REVOKE ALL ON FUNCTION lease._semaphore_violations(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._slot_count_violations(text, integer) FROM PUBLIC;
+
+-- lease.slot_key(semaphore, slot) -> text: the lease key of a slot. 22023 on invalid input.
+CREATE FUNCTION lease.slot_key(semaphore text, slot integer)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (semaphore <> '' AND pg_catalog.octet_length(semaphore) <= 1018
+        AND slot >= 1 AND slot <= 10000) IS NOT TRUE
+    THEN
+        PERFORM lease._raise_invalid_input('lease.slot_key',
+            lease._semaphore_violations(semaphore) || lease._slot_count_violations('slot', slot));
+    END IF;
+    RETURN semaphore || '#' || slot;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.acquire_slot(semaphore, owner, ttl, max_holders, wait DEFAULT 0, data DEFAULT NULL)
+--   -> (acquired, slot, key, epoch, expires_at)
+--
+-- Contract: docs/SEMANTICS.md §7. Returns the owner's current slot of the semaphore if it holds one
+-- (idempotent, as acquire; data replaced when given); otherwise grants the lowest free or lapsed
+-- slot in 1..max_holders through lease.acquire (a new epoch for that slot) if fewer than
+-- max_holders slots are held; otherwise refuses (false, NULLs) when wait = 0, and with wait > 0
+-- polls without holding a row lock and raises 57014 at the deadline. 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.acquire_slot(
+    semaphore text, owner text, ttl interval, max_holders integer,
+    wait interval DEFAULT interval '0', data text DEFAULT NULL)
+RETURNS lease.slot_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r lease.slot_result;
+    v_prefix text := acquire_slot.semaphore || '#';
+    v_len integer := pg_catalog.length(acquire_slot.semaphore) + 1;     -- characters, for substr
+    v_held integer;
+    v_mine integer;
+    v_taken integer[];
+    v_slot integer;
+    v_next timestamptz;
+    v_now timestamptz;
+    v_deadline timestamptz;
+BEGIN
+    IF (acquire_slot.semaphore <> '' AND pg_catalog.octet_length(acquire_slot.semaphore) <= 1018
+        AND acquire_slot.owner <> '' AND pg_catalog.octet_length(acquire_slot.owner) <= 1024
+        AND pg_catalog.date_part('epoch', acquire_slot.ttl) > 0
+        AND pg_catalog.date_part('epoch', acquire_slot.ttl) <= 31536000
+        AND acquire_slot.max_holders >= 1 AND acquire_slot.max_holders <= 10000
+        AND pg_catalog.date_part('epoch', acquire_slot.wait) >= 0
+        AND pg_catalog.date_part('epoch', acquire_slot.wait) <= 31536000
+        AND pg_catalog.octet_length(COALESCE(acquire_slot.data, '')) <= 8192) IS NOT TRUE
+    THEN
+        PERFORM lease._raise_invalid_input('lease.acquire_slot',
+            lease._semaphore_violations(acquire_slot.semaphore)
+            || lease._text_violations('owner', acquire_slot.owner, false, false)
+            || lease._interval_violations('ttl', acquire_slot.ttl, true)
+            || lease._slot_count_violations('max_holders', acquire_slot.max_holders)
+            || lease._interval_violations('wait', acquire_slot.wait, false)
+            || lease._data_violations(acquire_slot.data));
+    END IF;
+
+    IF pg_catalog.date_part('epoch', acquire_slot.wait) > 0 THEN
+        -- Blocking, as acquire: each attempt in a subtransaction, rolled back when refused.
+        v_deadline := pg_catalog.clock_timestamp()
+                      + pg_catalog.date_part('epoch', acquire_slot.wait) * interval '1 second';
+        LOOP
+            BEGIN
+                r := lease.acquire_slot(acquire_slot.semaphore, acquire_slot.owner, acquire_slot.ttl,
+                                        acquire_slot.max_holders, interval '0', acquire_slot.data);
+                IF r.acquired THEN
+                    RETURN r;
+                END IF;
+                RAISE no_data_found;
+            EXCEPTION WHEN no_data_found THEN
+                NULL;
+            END;
+            SELECT pg_catalog.count(*), pg_catalog.min(l.expires_at) INTO v_held, v_next
+              FROM lease.leases AS l
+             WHERE l.key >= v_prefix AND l.key < acquire_slot.semaphore || '$'
+               AND pg_catalog.substr(l.key, v_len + 1) ~ '^[1-9][0-9]{0,4}$'
+               AND l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp();
+            v_now := pg_catalog.clock_timestamp();
+            CONTINUE WHEN v_held < acquire_slot.max_holders;     -- a slot freed since the attempt
+            IF v_now >= v_deadline THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = '57014',
+                    MESSAGE = 'lease.acquire_slot: wait bound exceeded for semaphore '
+                              || pg_catalog.quote_literal(acquire_slot.semaphore),
+                    DETAIL  = v_held || ' holders; the first grant lapses at ' || v_next || '.',
+                    HINT    = 'Retry later, or wait longer.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', LEAST(interval '50 milliseconds',
+                COALESCE(v_next - v_now, interval '0'), v_deadline - v_now)));
+        END LOOP;
+    END IF;
+
+    -- The semaphore's slots now: how many are held, the owner's, and which are taken. A plain read.
+    SELECT pg_catalog.count(*) FILTER (WHERE s.held),
+           pg_catalog.min(s.slot) FILTER (WHERE s.held AND s.owner = acquire_slot.owner),
+           pg_catalog.array_agg(s.slot) FILTER (WHERE s.held)
+      INTO v_held, v_mine, v_taken
+      FROM (SELECT pg_catalog.substr(l.key, v_len + 1)::integer AS slot, l.owner,
+                   l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp() AS held
+              FROM lease.leases AS l
+             WHERE l.key >= v_prefix AND l.key < acquire_slot.semaphore || '$'
+               AND pg_catalog.substr(l.key, v_len + 1) ~ '^[1-9][0-9]{0,4}$') AS s;
+
+    IF v_mine IS NOT NULL THEN
+        -- Ours already: the idempotent path of acquire (or a new grant, if it lapsed just now).
+        r.slot := v_mine;
+        r.key := v_prefix || v_mine;
+        SELECT a.acquired, a.epoch, a.expires_at INTO r.acquired, r.epoch, r.expires_at
+          FROM lease.acquire(r.key, acquire_slot.owner, acquire_slot.ttl, interval '0', acquire_slot.data) AS a;
+        IF r.acquired THEN
+            RETURN r;
+        END IF;
+    ELSIF v_held < acquire_slot.max_holders THEN
+        FOR v_slot IN
+            SELECT g.g FROM pg_catalog.generate_series(1, acquire_slot.max_holders) AS g(g)
+             WHERE g.g <> ALL (COALESCE(v_taken, '{}'::integer[]))
+             ORDER BY g.g
+        LOOP
+            r.slot := v_slot;
+            r.key := v_prefix || v_slot;
+            SELECT a.acquired, a.epoch, a.expires_at INTO r.acquired, r.epoch, r.expires_at
+              FROM lease.acquire(r.key, acquire_slot.owner, acquire_slot.ttl, interval '0', acquire_slot.data) AS a;
+            IF r.acquired THEN
+                RETURN r;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN (false, NULL, NULL, NULL, NULL)::lease.slot_result;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.list_slots(semaphore) -> SETOF (slot, key, held, owner, epoch, expires_at, data)
+--
+-- Every slot of the semaphore that has a row, ordered by slot, with the columns and meaning of
+-- lease.inspect. Advisory (no lock). 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.list_slots(semaphore text)
+RETURNS TABLE (slot integer, key text, held boolean, owner text, epoch bigint, expires_at timestamptz, data text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (list_slots.semaphore <> '' AND pg_catalog.octet_length(list_slots.semaphore) <= 1018) IS NOT TRUE THEN
+        PERFORM lease._raise_invalid_input('lease.list_slots', lease._semaphore_violations(list_slots.semaphore));
+    END IF;
+    RETURN QUERY
+        SELECT s.slot, s.key, s.held,
+               CASE WHEN s.held THEN s.owner END,
+               s.epoch,
+               CASE WHEN s.held THEN s.expires_at END,
+               CASE WHEN s.held THEN s.data END
+          FROM (SELECT pg_catalog.substr(l.key, pg_catalog.length(list_slots.semaphore) + 2)::integer AS slot,
+                       l.key,
+                       l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp() AS held,
+                       l.owner, l.epoch, l.expires_at, l.data
+                  FROM lease.leases AS l
+                 WHERE l.key >= list_slots.semaphore || '#' AND l.key < list_slots.semaphore || '$'
+                   AND pg_catalog.substr(l.key, pg_catalog.length(list_slots.semaphore) + 2)
+                       ~ '^[1-9][0-9]{0,4}$') AS s
+         ORDER BY s.slot;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.register_slot_waiter(semaphore) -> (holders, lapses_in)
+--
+-- For clients that wait for a slot without polling, as lease.register_waiter for a key: marks every
+-- held slot of the semaphore as awaited (its release notifies `pg_lease_released` with the slot's
+-- key) and returns how many slots are held and lapses_in = the time until the first of them lapses
+-- by the server clock (NULL when none is held). LISTEN first; then try lease.acquire_slot on a
+-- notification for one of the semaphore's slot keys, after lapses_in, or at once if holders is
+-- below the limit. 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.register_slot_waiter(semaphore text, OUT holders integer, OUT lapses_in interval)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_len integer := pg_catalog.length(register_slot_waiter.semaphore) + 1;      -- characters, for substr
+BEGIN
+    IF (register_slot_waiter.semaphore <> ''
+        AND pg_catalog.octet_length(register_slot_waiter.semaphore) <= 1018) IS NOT TRUE THEN
+        PERFORM lease._raise_invalid_input('lease.register_slot_waiter',
+            lease._semaphore_violations(register_slot_waiter.semaphore));
+    END IF;
+    UPDATE lease.leases AS l
+       SET waiting = true
+     WHERE l.key >= register_slot_waiter.semaphore || '#' AND l.key < register_slot_waiter.semaphore || '$'
+       AND pg_catalog.substr(l.key, v_len + 1) ~ '^[1-9][0-9]{0,4}$'
+       AND l.owner IS NOT NULL
+       AND l.expires_at > pg_catalog.clock_timestamp()
+       AND NOT l.waiting;
+    SELECT pg_catalog.count(*)::integer,
+           GREATEST(pg_catalog.min(l.expires_at) - pg_catalog.clock_timestamp(), interval '0')
+      INTO register_slot_waiter.holders, register_slot_waiter.lapses_in
+      FROM lease.leases AS l
+     WHERE l.key >= register_slot_waiter.semaphore || '#' AND l.key < register_slot_waiter.semaphore || '$'
+       AND pg_catalog.substr(l.key, v_len + 1) ~ '^[1-9][0-9]{0,4}$'
+       AND l.owner IS NOT NULL
+       AND l.expires_at > pg_catalog.clock_timestamp();
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
 -- lease.purge(older_than) -> bigint
 --
 -- Deletes the rows of keys that have been FREE or LAPSED for longer than `older_than` (FREE: since the
@@ -848,7 +1470,7 @@ CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.5.0'::text $$;
+AS $$ SELECT '0.6.0'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Who may call the API: every role, by default. The grant is made by the installing role (through a
