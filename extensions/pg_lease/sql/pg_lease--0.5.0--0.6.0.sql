@@ -1,4 +1,4 @@
--- pg_lease 0.5.0 -> 0.6.0: features for fleets (docs/SEMANTICS.md §3, §7; ADR 0005).
+-- pg_lease 0.5.0 -> 0.6.0: features for fleets (docs/SEMANTICS.md §3, §12, §13; ADR 0006).
 --
 -- Added: lease data (acquire and renew take `data`, at most 8192 bytes of text; inspect and list
 --        return it; release clears it); lease.renew_many (one renewal for many grants of one owner,

@@ -1150,7 +1150,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------------
 -- Semaphores: at most max_holders holders of a named semaphore at once.
 --
--- Contract: docs/SEMANTICS.md §7. Slot i (1-based) of semaphore S is the ordinary lease key
+-- Contract: docs/SEMANTICS.md §12. Slot i (1-based) of semaphore S is the ordinary lease key
 -- lease.slot_key(S, i) = S || '#' || i: a holder renews, releases and fences its slot with the lease
 -- functions, and its fencing token is (slot key, epoch). A grant is made only in a slot numbered
 -- 1..max_holders and only while fewer than max_holders slots of S are held, so callers that agree
@@ -1210,7 +1210,7 @@ $$;
 -- lease.acquire_slot(semaphore, owner, ttl, max_holders, wait DEFAULT 0, data DEFAULT NULL)
 --   -> (acquired, slot, key, epoch, expires_at)
 --
--- Contract: docs/SEMANTICS.md §7. Returns the owner's current slot of the semaphore if it holds one
+-- Contract: docs/SEMANTICS.md §12. Returns the owner's current slot of the semaphore if it holds one
 -- (idempotent, as acquire; data replaced when given); otherwise grants the lowest free or lapsed
 -- slot in 1..max_holders through lease.acquire (a new epoch for that slot) if fewer than
 -- max_holders slots are held; otherwise refuses (false, NULLs) when wait = 0, and with wait > 0
