@@ -147,31 +147,12 @@ impl ClusterBuilder {
         sweep::sweep_once();
         let user = user::server_user()?;
         let server = self.server_installation()?;
-        let keep = std::env::var("PGCLUSTER_KEEP").is_ok_and(|v| !v.is_empty() && v != "0");
-
-        let tmp = std::env::temp_dir();
-        let tempdir = tempfile::Builder::new()
-            .prefix(DIR_PREFIX)
-            .tempdir_in(&tmp)
-            .ctx("creating temporary directory in", &tmp)?;
-        let base = tempdir.path().to_path_buf();
-        fs::write(base.join(OWNER_FILE), std::process::id().to_string())
-            .ctx("writing", &base.join(OWNER_FILE))?;
-        if keep {
-            fs::write(base.join(KEEP_FILE), b"").ctx("writing", &base.join(KEEP_FILE))?;
-        }
-        let data_dir = base.join("data");
-        let registry_id = registry::register(base.clone(), data_dir.clone(), keep);
-        let mut cluster = Cluster::new(
+        let mut cluster = new_cluster(
             self.installation.clone(),
             server,
             user,
             self.settings.clone(),
-            tempdir,
-            registry_id,
-            keep,
         )?;
-        prepare_dirs(&cluster)?;
         initdb(&cluster, &self.initdb_args)?;
         cluster.start()?;
         Ok(cluster)
@@ -208,6 +189,41 @@ impl ClusterBuilder {
         install_all(&mirrored.sharedir().join("extension"))?;
         Ok(mirrored)
     }
+}
+
+/// Creates a fresh temporary directory (`$TMPDIR/pgcluster-*`, registered for clean-up) with
+/// empty data and socket directories and a log file, and the (stopped) [`Cluster`] for it.
+pub(crate) fn new_cluster(
+    installation: Installation,
+    server: Installation,
+    user: Option<ServerUser>,
+    settings: Vec<(String, String)>,
+) -> Result<Cluster> {
+    let keep = std::env::var("PGCLUSTER_KEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let tmp = std::env::temp_dir();
+    let tempdir = tempfile::Builder::new()
+        .prefix(DIR_PREFIX)
+        .tempdir_in(&tmp)
+        .ctx("creating temporary directory in", &tmp)?;
+    let base = tempdir.path().to_path_buf();
+    fs::write(base.join(OWNER_FILE), std::process::id().to_string())
+        .ctx("writing", &base.join(OWNER_FILE))?;
+    if keep {
+        fs::write(base.join(KEEP_FILE), b"").ctx("writing", &base.join(KEEP_FILE))?;
+    }
+    let data_dir = base.join("data");
+    let registry_id = registry::register(base.clone(), data_dir.clone(), keep);
+    let cluster = Cluster::new(
+        installation,
+        server,
+        user,
+        settings,
+        tempdir,
+        registry_id,
+        keep,
+    )?;
+    prepare_dirs(&cluster)?;
+    Ok(cluster)
 }
 
 /// An extension to install, as given to the builder; read from disk only at start.
@@ -289,8 +305,23 @@ fn initdb(cluster: &Cluster, extra: &[String]) -> Result<()> {
     cmd.args(extra);
     let ran = run_initdb(cmd, cluster.server_user(), cluster.base_dir(), data);
     let _ = fs::remove_file(&pwfile);
-    ran
+    ran?;
+    let hba = data.join("pg_hba.conf");
+    fs::write(&hba, HBA).ctx("writing", &hba)
 }
+
+/// The `pg_hba.conf` of a throw-away cluster. The unix socket (in a directory only the server's
+/// account can enter) trusts; TCP wants a password, which only `postgres` has. Replication
+/// connections (for [`Cluster::replica`]) are accepted only on the socket, and only for
+/// `postgres` (initdb's default also admits every role, on TCP as well).
+const HBA: &str = "\
+# pgcluster: written after initdb; the socket directory is mode 0700.
+# TYPE  DATABASE     USER      ADDRESS        METHOD
+local   all          all                      trust
+host    all          all       127.0.0.1/32   scram-sha-256
+host    all          all       ::1/128        scram-sha-256
+local   replication  postgres                 trust
+";
 
 fn run_initdb(mut cmd: Command, user: Option<&ServerUser>, home: &Path, data: &Path) -> Result<()> {
     user::prepare_server_command(&mut cmd, user, home);

@@ -52,6 +52,8 @@ pub struct Cluster {
     paused: AtomicBool,
     registry_id: u64,
     keep: bool,
+    /// The `application_name` it streams under, for a cluster made as a standby.
+    application_name: Option<String>,
 }
 
 impl Cluster {
@@ -82,6 +84,7 @@ impl Cluster {
             paused: AtomicBool::new(false),
             registry_id,
             keep,
+            application_name: None,
         })
     }
 
@@ -149,11 +152,67 @@ impl Cluster {
     /// Simulates a crash: SIGKILLs the postmaster and every backend/auxiliary process (no
     /// shutdown checkpoint), reaps the postmaster and waits until all of them are gone, so
     /// that [`start`](Self::start) can run crash recovery. A no-op if not running.
+    ///
+    /// The postmaster is stopped first (so it cannot fork); its children keep running until
+    /// each one is killed. See [`kill_all`](Self::kill_all) for a kill at one instant.
     pub fn crash(&mut self) -> Result<()> {
+        self.kill(false)
+    }
+
+    /// Simulates the hard crash of a whole node: freezes the postmaster and every process it
+    /// started (SIGSTOP, as [`pause`](Self::pause)), then SIGKILLs all of them, reaps the
+    /// postmaster and waits until every one is gone. A no-op if not running.
+    ///
+    /// Unlike [`crash`](Self::crash), no process of the server runs between the first kill
+    /// and the last: no walsender sends another byte after any backend died, no backend sees a
+    /// sibling disappear. Afterwards no process of the server is left (check with
+    /// [`processes`](Self::processes) taken before); [`start`](Self::start) runs crash recovery.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if killed processes do not exit within 60 s.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> pgcluster::Result<()> {
+    /// let mut cluster = pgcluster::ClusterBuilder::for_major(15)?.start()?;
+    /// assert!(cluster.processes().len() > 1); // postmaster, checkpointer, walwriter, ...
+    /// cluster.kill_all()?;
+    /// assert!(!cluster.is_running());
+    /// assert!(cluster.processes().is_empty());
+    /// cluster.start()?; // crash recovery
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn kill_all(&mut self) -> Result<()> {
+        self.kill(true)
+    }
+
+    /// The pids of the running server: the postmaster first, then every descendant (backends,
+    /// walsenders, walreceiver, auxiliary processes). Empty if not running.
+    pub fn processes(&self) -> Vec<u32> {
+        let Some(pm) = self.postmaster_pid() else {
+            return Vec::new();
+        };
+        let mut pids = vec![pm];
+        pids.extend(
+            proctree::descendants(pm as i32)
+                .into_iter()
+                .map(|p| p as u32),
+        );
+        pids
+    }
+
+    /// SIGKILLs the whole tree (frozen first if `freeze`), reaps and waits until it is gone.
+    fn kill(&mut self, freeze: bool) -> Result<()> {
         let Some(mut child) = self.take_running_child() else {
             return Ok(());
         };
         let pid = child.id() as i32;
+        if freeze {
+            proctree::signal_tree_parent_first(pid, libc::SIGSTOP);
+        }
         let killed = proctree::kill_tree(pid);
         let _ = child.wait();
         self.paused.store(false, Ordering::SeqCst);
@@ -339,15 +398,10 @@ impl Cluster {
     /// fails with [`Error::Command`] carrying psql's stderr on non-zero exit.
     pub fn psql(&self, dbname: &str, sql: &str) -> Result<String> {
         let psql = self.installation.bin("psql");
-        let mut cmd = Command::new(&psql);
-        cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h"])
-            .arg(&self.socket_dir)
-            .arg("-p")
-            .arg(self.port.to_string())
-            .args(["-U", "postgres", "-d", dbname, "-c", sql])
-            .stdin(Stdio::null());
-        user::scrub_pg_env(&mut cmd);
-        let out = cmd.output().ctx("running", &psql)?;
+        let out = self
+            .psql_command(dbname, sql)
+            .output()
+            .ctx("running", &psql)?;
         if !out.status.success() {
             return Err(Error::Command {
                 program: format!("psql ({sql})"),
@@ -358,11 +412,39 @@ impl Cluster {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The command [`psql`](Self::psql) runs (stdin null).
+    pub(crate) fn psql_command(&self, dbname: &str, sql: &str) -> Command {
+        let mut cmd = Command::new(self.installation.bin("psql"));
+        cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(&self.socket_dir)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-U", "postgres", "-d", dbname, "-c", sql])
+            .stdin(Stdio::null());
+        user::scrub_pg_env(&mut cmd);
+        cmd
+    }
+
     /// Creates database `name` (quoted as an identifier) via [`psql`](Self::psql).
     pub fn create_database(&self, name: &str) -> Result<()> {
         let ident = format!("\"{}\"", name.replace('"', "\"\""));
         self.psql("postgres", &format!("CREATE DATABASE {ident}"))
             .map(drop)
+    }
+
+    /// The `application_name` this cluster streams from its primary under, if it was made with
+    /// [`Cluster::replica`] (kept after [`promote`](Self::promote)); `None` for a cluster
+    /// made by [`ClusterBuilder`](crate::ClusterBuilder).
+    pub fn application_name(&self) -> Option<&str> {
+        self.application_name.as_deref()
+    }
+
+    pub(crate) fn set_application_name(&mut self, name: String) {
+        self.application_name = Some(name);
+    }
+
+    pub(crate) fn settings(&self) -> &[(String, String)] {
+        &self.settings
     }
 
     pub(crate) fn base_dir(&self) -> &Path {
@@ -482,14 +564,17 @@ impl Cluster {
         }
     }
 
-    /// Whether `postmaster.pid` names `pid` and reports status `ready` (line 8).
+    /// Whether `postmaster.pid` names `pid` and reports status `ready` (line 8), or `standby`
+    /// (a hot standby that accepts read-only connections).
     fn postmaster_ready(&self, pid: i32) -> bool {
         let Ok(text) = fs::read_to_string(self.data_dir.join("postmaster.pid")) else {
             return false;
         };
         let lines: Vec<&str> = text.lines().collect();
         lines.first().and_then(|l| l.trim().parse::<i32>().ok()) == Some(pid)
-            && lines.get(7).is_some_and(|s| s.trim() == "ready")
+            && lines
+                .get(7)
+                .is_some_and(|s| matches!(s.trim(), "ready" | "standby"))
     }
 
     /// The last 40 lines of the log written since byte `offset`.
@@ -536,7 +621,7 @@ impl Drop for Cluster {
 }
 
 /// Polls `child` until it exits or `timeout` passes; returns whether it exited (reaped).
-fn wait_child(child: &mut Child, timeout: Duration) -> bool {
+pub(crate) fn wait_child(child: &mut Child, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {

@@ -108,6 +108,14 @@ pub enum Error {
         stderr: String,
     },
 
+    /// A replication operation cannot be done on this cluster (e.g. promoting a cluster that is
+    /// not a standby, making a standby of a stopped server).
+    #[error("replication: {reason}")]
+    Replication {
+        /// What is wrong, and with which cluster.
+        reason: String,
+    },
+
     /// Connecting to (or talking to) the server with tokio-postgres failed.
     #[error("PostgreSQL connection error: {0}")]
     Connect(#[from] tokio_postgres::Error),

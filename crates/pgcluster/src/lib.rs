@@ -5,7 +5,11 @@
 //! wheels ([`fetch`], [`ensure`]), and runs throw-away clusters ([`ClusterBuilder`],
 //! [`Cluster`]): `initdb` into a temporary directory, a server on a private unix socket and a
 //! free port on 127.0.0.1, extension files installed, clean stop, crash (SIGKILL), restart,
-//! pause/resume (SIGSTOP/SIGCONT), and clean-up on drop, on panic and at process exit.
+//! pause/resume (SIGSTOP/SIGCONT), the hard crash of the whole node ([`Cluster::kill_all`]), and
+//! clean-up on drop, on panic and at process exit. A running cluster gets streaming standbys
+//! ([`Cluster::replica`], [`ReplicaBuilder`]: `pg_basebackup -R`, asynchronous or synchronous)
+//! that can be waited for ([`Cluster::wait_for_replay`]) and promoted ([`Cluster::promote`],
+//! [`Cluster::timeline`]).
 //! It also keeps clusters that outlive the process ([`PersistentCluster`]): a data directory
 //! on disk, a server started detached that later processes attach to, and a lock so that
 //! processes starting or stopping it take turns. Extension files (a control file and SQL
@@ -50,6 +54,7 @@ mod persistent;
 pub mod pgbouncer;
 mod proctree;
 mod registry;
+mod replica;
 mod secret;
 mod sweep;
 mod user;
@@ -65,6 +70,7 @@ pub use fetch::{fetch, fetch_into};
 pub use install::{Installation, Source};
 pub use persistent::{DEFAULT_PORT, DetachedServer, PersistentCluster, StartStopLock, Started};
 pub use registry::cleanup_registered;
+pub use replica::ReplicaBuilder;
 pub use sweep::sweep_stale;
 pub use user::{ServerUser, server_user};
 pub use version::PgVersion;

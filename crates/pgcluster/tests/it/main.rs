@@ -10,3 +10,4 @@ mod fetch;
 mod lifecycle;
 mod pause;
 mod persistent;
+mod replication;
