@@ -119,7 +119,7 @@ fn every_queue_function_and_violation_is_documented() {
 #[test]
 fn every_status_and_violation_message_is_documented() {
     let semantics = read("docs/SEMANTICS.md");
-    for status in ["ok", "not_owner", "lapsed", "epoch_mismatch"] {
+    for status in ["ok", "not_owner", "lapsed", "epoch_mismatch", "busy"] {
         assert!(
             semantics.contains(&format!("`{status}`")),
             "status {status} undocumented"
@@ -132,11 +132,18 @@ fn every_status_and_violation_message_is_documented() {
         .skip(1)
         .map(|rest| rest.split('\'').next().unwrap())
     {
-        let documented = ["key", "owner", "prefix", "ttl", "wait", "older_than"]
-            .iter()
-            .any(|arg| {
-                semantics.contains(&format!("`{arg} {}", fragment.trim_end_matches(" (got ")))
-            });
+        let documented = [
+            "key",
+            "owner",
+            "prefix",
+            "ttl",
+            "wait",
+            "older_than",
+            "max_holders",
+            "slot",
+        ]
+        .iter()
+        .any(|arg| semantics.contains(&format!("`{arg} {}", fragment.trim_end_matches(" (got "))));
         assert!(
             documented,
             "violation {fragment:?} is not documented in SEMANTICS.md §6"

@@ -101,6 +101,9 @@ async fn role_without_create_on_the_database_cannot_install() {
     );
 }
 
+/// (`version` and `slot_key` read no table and run as the caller.) Besides the pinned search_path, a
+/// function may set only planner settings that cannot change its result (`renew_many` plans for the
+/// arrays at hand).
 #[tokio::test]
 async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
     let c = server().connect_super(SHARED_DB).await;
@@ -108,7 +111,8 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
         .query(
             "SELECT p.proname, p.prosecdef, p.proconfig
                FROM pg_proc p
-              WHERE p.pronamespace = 'lease'::regnamespace AND left(p.proname, 1) <> '_' AND p.proname <> 'version'
+              WHERE p.pronamespace = 'lease'::regnamespace AND left(p.proname, 1) <> '_'
+                AND p.proname NOT IN ('version', 'slot_key')
               ORDER BY 1",
             &[],
         )
@@ -119,23 +123,31 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
         names,
         [
             "acquire",
+            "acquire_slot",
             "fence",
             "inspect",
             "list",
+            "list_slots",
             "purge",
+            "register_slot_waiter",
             "register_waiter",
             "release",
-            "renew"
+            "renew",
+            "renew_many",
+            "watch"
         ]
     );
     for r in rows {
         let name: String = r.get(0);
         assert!(r.get::<_, bool>(1), "{name} is SECURITY DEFINER");
         let config: Vec<String> = r.get(2);
-        assert_eq!(
-            config,
-            vec!["search_path=pg_catalog, pg_temp".to_string()],
-            "{name}"
-        );
+        assert_eq!(config[0], "search_path=pg_catalog, pg_temp", "{name}");
+        for setting in &config[1..] {
+            assert_eq!(
+                (name.as_str(), setting.as_str()),
+                ("renew_many", "plan_cache_mode=force_custom_plan"),
+                "{name} sets only its search_path"
+            );
+        }
     }
 }
