@@ -239,7 +239,8 @@ async fn execute_grants(c: &tokio_postgres::Client) -> Vec<String> {
                        CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
                        a.is_grantable)
            FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
-          WHERE p.pronamespace = 'lease'::regnamespace AND p.proname IN ('acquire', 'renew')
+          WHERE p.pronamespace = 'lease'::regnamespace
+            AND p.proname IN ('acquire', 'renew', 'inspect', 'list')
           ORDER BY 1",
         &[],
     )
@@ -308,6 +309,56 @@ async fn updating_to_0_3_0_keeps_the_execute_privileges_of_acquire_and_renew() {
         assert_eq!(
             err.code, "42501",
             "renew stays closed to the application role"
+        );
+    }
+}
+
+/// 0.6.0 drops and re-creates acquire, renew, inspect and list (a new parameter, a new result
+/// column); an administrator's narrowing of who may call them survives, on both installation paths.
+#[tokio::test]
+async fn updating_to_0_6_0_keeps_the_execute_privileges_of_the_recreated_functions() {
+    let s = server();
+    for via_script in [false, true] {
+        let db = s.fresh_db("upgrade_acl6");
+        let mut admin = s.connect_as(&db, ADMIN).await;
+        if via_script {
+            script_install_up_to(&admin, "0.5.0").await;
+        } else {
+            admin
+                .batch_execute("CREATE EXTENSION pg_lease VERSION '0.5.0'")
+                .await
+                .unwrap();
+        }
+        s.connect_super(&db)
+            .await
+            .batch_execute(&format!(
+                "REVOKE EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) FROM PUBLIC;
+                 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO {APP}
+                     WITH GRANT OPTION;
+                 REVOKE EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) FROM PUBLIC;
+                 REVOKE EXECUTE ON FUNCTION lease.inspect(text) FROM PUBLIC;
+                 GRANT EXECUTE ON FUNCTION lease.inspect(text) TO {APP};
+                 REVOKE EXECUTE ON FUNCTION lease.list(text) FROM PUBLIC;"
+            ))
+            .await
+            .unwrap();
+        let before = execute_grants(&s.connect_super(&db).await).await;
+        assert!(
+            !before.iter().any(|g| g.starts_with("list PUBLIC")),
+            "the narrowing took effect: {before:?}"
+        );
+        if via_script {
+            pglease::install(&mut admin).await.unwrap();
+        } else {
+            admin
+                .batch_execute("ALTER EXTENSION pg_lease UPDATE TO '0.6.0'")
+                .await
+                .unwrap();
+        }
+        let after = execute_grants(&s.connect_super(&db).await).await;
+        assert_eq!(
+            after, before,
+            "privileges after the update (script: {via_script})"
         );
     }
 }
