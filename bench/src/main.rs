@@ -15,6 +15,7 @@ mod pgbench;
 mod plan;
 mod plot;
 mod queue;
+mod renew_many;
 mod report;
 mod scripts;
 mod sections;
@@ -58,6 +59,9 @@ enum Section {
     Variants,
     /// pg_lease_queue side by side with pgmq: throughput, latency, takeover, bloat.
     Queue,
+    /// One renewal for many leases: one call per key, lease.renew_many, the bare batch UPDATE, at
+    /// 1 / 100 / 10 000 held keys; and single calls against the previous release.
+    RenewMany,
 }
 
 #[derive(Parser, Debug)]
@@ -152,7 +156,11 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
             name.push_str("-quick");
         }
         if cli.section != Section::All {
-            name.push_str(&format!("-{:?}", cli.section).to_lowercase());
+            let section = cli
+                .section
+                .to_possible_value()
+                .expect("no skipped sections");
+            name.push_str(&format!("-{}", section.get_name()));
         }
         repo.join("bench").join("results").join(name)
     });
@@ -239,6 +247,12 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
                 )
                 .await?,
             );
+        }
+        if want(Section::RenewMany) {
+            eprintln!("[renew-many] one renewal for many leases");
+            let previous = server.is_private().then(|| server.db(server::DB_PREVIOUS));
+            rep.renew_many =
+                renew_many::run(&server.db(server::DB_RENEW), previous.as_ref(), &plan).await?;
         }
         rep.load_after = stats::LoadAvg::now();
         rep.suite_seconds = stats::round1(t0.elapsed().as_secs_f64());

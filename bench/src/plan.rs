@@ -48,6 +48,9 @@ pub struct Plan {
     pub queue_bloat_seconds: u32,
     pub queue_bloat_rate: u32,
     pub queue_bloat_batch: u32,
+    /// Renew-many section: interleaved rounds per number of held keys, and seconds of each run.
+    pub renew_many_rounds: u32,
+    pub renew_many_seconds: f64,
 }
 
 impl Plan {
@@ -85,6 +88,8 @@ impl Plan {
             queue_bloat_seconds: 60,
             queue_bloat_rate: 1000,
             queue_bloat_batch: 10,
+            renew_many_rounds: 5,
+            renew_many_seconds: 2.0,
         }
     }
 
@@ -122,6 +127,8 @@ impl Plan {
             queue_bloat_seconds: 10,
             queue_bloat_rate: 500,
             queue_bloat_batch: 10,
+            renew_many_rounds: 2,
+            renew_many_seconds: 1.0,
         }
     }
 }

@@ -44,6 +44,7 @@ pub struct Report {
     pub client: Option<ClientResult>,
     pub variants: Option<VariantsResult>,
     pub queue: Option<crate::queue::QueueResult>,
+    pub renew_many: Option<crate::renew_many::RenewManyResult>,
 }
 
 impl Report {
@@ -86,6 +87,7 @@ impl Report {
             client: None,
             variants: None,
             queue: None,
+            renew_many: None,
         })
     }
 
@@ -390,6 +392,9 @@ impl Report {
         }
         if let Some(q) = &self.queue {
             crate::queue::markdown(w, q);
+        }
+        if let Some(r) = &self.renew_many {
+            crate::renew_many::markdown(w, r);
         }
         if !plots.is_empty() {
             let _ = writeln!(w, "## Plots\n");

@@ -28,6 +28,8 @@ pub const DB_SCALE: &str = "bench_scale";
 pub const DB_PREVIOUS: &str = "bench_previous";
 /// The queue section's database: pg_lease, pg_lease_queue and pgmq's SQL (installed at bench time).
 pub const DB_QUEUE: &str = "bench_queue";
+/// The renew-many section's database (its held keys stay out of the other sections' tables).
+pub const DB_RENEW: &str = "bench_renew";
 
 pub struct Server {
     pub cluster: Option<Cluster>,
@@ -97,7 +99,7 @@ impl Server {
             let c = connect(&postgres, None).await?;
             c.batch_execute(&format!("CREATE ROLE {ROLE} LOGIN"))
                 .await?;
-            for db in [DB_MAIN, DB_STORM, DB_SCALE, DB_PREVIOUS, DB_QUEUE] {
+            for db in [DB_MAIN, DB_STORM, DB_SCALE, DB_PREVIOUS, DB_QUEUE, DB_RENEW] {
                 c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
                     .await?;
             }
@@ -110,7 +112,7 @@ impl Server {
                     crate::variants::previous_release()
                 ))
                 .await?;
-            for db in [DB_MAIN, DB_STORM, DB_SCALE] {
+            for db in [DB_MAIN, DB_STORM, DB_SCALE, DB_RENEW] {
                 let mut cfg = self.main.clone();
                 cfg.dbname(db);
                 let c = connect(&cfg, None).await?;

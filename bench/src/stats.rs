@@ -214,6 +214,16 @@ pub mod cpu {
         Some((total, live))
     }
 
+    /// utime + stime of one process (e.g. a backend, by its `pg_backend_pid()`).
+    pub fn process_ticks(pid: u32) -> Option<u64> {
+        stat(&pid.to_string()).map(|(_, t, _)| t)
+    }
+
+    /// utime + stime of this process (all its threads).
+    pub fn self_ticks() -> u64 {
+        stat("self").map_or(0, |(_, t, _)| t)
+    }
+
     /// CPU of this process's reaped children (the pgbench runs).
     pub fn children_ticks() -> u64 {
         stat("self").map_or(0, |(_, _, c)| c)
