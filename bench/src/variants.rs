@@ -23,13 +23,14 @@ use crate::{BoxResult, err};
 
 /// The functions copied into each scratch schema: the three of the cycle and the internal helpers
 /// they call on their error paths (so the copies raise the same errors).
-const FUNCTIONS: [&str; 7] = [
+const FUNCTIONS: [&str; 8] = [
     "lease._text_violations(text, text, boolean, boolean)",
     "lease._interval_violations(text, interval, boolean)",
+    "lease._data_violations(text)",
     "lease._raise_invalid_input(text, text[])",
     "lease._refusal(text, text, bigint)",
-    "lease.acquire(text, text, interval, interval)",
-    "lease.renew(text, text, bigint, interval)",
+    "lease.acquire(text, text, interval, interval, text)",
+    "lease.renew(text, text, bigint, interval, text)",
     "lease.release(text, text, bigint)",
 ];
 
