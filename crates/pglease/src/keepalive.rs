@@ -62,8 +62,9 @@ pub(crate) struct Keepalive {
     pub(crate) commands: mpsc::UnboundedReceiver<Command>,
     /// The client's shutdown token.
     pub(crate) shutdown: CancellationToken,
-    /// Keeps the key reserved in the client until the task has finished with it.
-    pub(crate) slot: Option<SlotGuard>,
+    /// Keeps the key (and, for a slot, its semaphore) reserved in the client until the task has
+    /// finished with it.
+    pub(crate) reservations: Vec<SlotGuard>,
     /// When the grant (or its last confirmed renewal) was sent.
     pub(crate) sent: Instant,
     /// Keeps the task counted as live until it ends (dropped with the task).
@@ -211,7 +212,7 @@ impl Keepalive {
                 };
                 // Free the key in the client before answering, so that the caller of `release`
                 // can acquire it again at once.
-                drop(self.slot.take());
+                self.reservations.clear();
                 if let Some(reply) = reply {
                     let _ = reply.send(result);
                 }
@@ -238,7 +239,7 @@ impl Keepalive {
             let reason = shared.check().err().unwrap_or(LostReason::Released);
             let _ = reply.send(Err(Error::lease_lost(reason)));
         }
-        drop(self.slot.take());
+        self.reservations.clear();
     }
 }
 
@@ -293,6 +294,7 @@ async fn renew_once(
             &shared.owner,
             shared.epoch,
             shared.timing.ttl,
+            None,
         ),
     )
     .await;

@@ -94,7 +94,8 @@ mod pooled;
 mod results;
 mod rows;
 
-// The client: its builder, the acquire attempt, waiting, per-key slots, retrying, owner identity.
+// The client: its builder, the acquire attempt (and acquires with options), waiting, per-key slots, retrying, owner identity.
+mod acquire;
 mod builder;
 mod client;
 mod identity;
@@ -118,12 +119,15 @@ mod fence;
 mod install;
 pub mod limits;
 mod listener;
+mod semaphore;
 pub mod sqlstate;
 mod trace;
 
+pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    MAX_DURATION, acquire, fence, inspect, list, purge, register_waiter, release, renew,
+    MAX_DURATION, acquire, acquire_slot, fence, inspect, list, list_slots, purge,
+    register_slot_waiter, register_waiter, release, renew, renew_many, slot_key, watch,
 };
 pub use client::Client;
 pub use election::{Election, Leader, LeaderStream};
@@ -138,7 +142,11 @@ pub use identity::hostname;
 pub use install::{Installed, Via, check_version, create_extension, install, installed};
 pub use lease::Lease;
 pub use lost::LostReason;
-pub use results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
+pub use results::{
+    Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status,
+    Waiter, Watched,
+};
+pub use semaphore::Semaphore;
 
 /// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
 pub use deadpool_postgres;
