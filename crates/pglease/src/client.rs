@@ -32,6 +32,7 @@ use crate::keepalive::{self, Keepalive};
 use crate::lease::Lease;
 use crate::listener::{self, Listener};
 use crate::pooled::{self, Connections, Statements};
+use crate::renewer::Renewer;
 use crate::results::{LeaseState, ListedLease};
 use crate::shared::Shared;
 use crate::slots::{SlotGuard, Slots};
@@ -114,6 +115,8 @@ struct Inner {
     tracker: TaskTracker,
     slots: Arc<Slots>,
     live: Arc<AtomicUsize>,
+    /// Sends the renewals of all leases, batched.
+    renewer: Renewer,
 }
 
 impl Drop for Inner {
@@ -552,8 +555,10 @@ impl Client {
             options.poll_cap,
             root.clone(),
         );
+        let renewer = Renewer::start(conns.clone(), owner.clone(), root.clone(), &tracker);
         let client = Client {
             inner: Arc::new(Inner {
+                renewer,
                 owner,
                 options,
                 conns,
@@ -804,6 +809,7 @@ impl Client {
         let keepalive = Keepalive {
             shared: Arc::clone(&shared),
             conns: conns.clone(),
+            renewer: self.inner.renewer.clone(),
             commands,
             shutdown: self.inner.root.clone(),
             reservations,

@@ -109,6 +109,7 @@ mod guard;
 mod keepalive;
 mod lease;
 mod lost;
+mod renewer;
 mod shared;
 mod timing;
 

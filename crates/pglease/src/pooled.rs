@@ -14,7 +14,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_util::sync::CancellationToken;
 
-use crate::calls::{ACQUIRE_SLOT, RELEASE, micros};
+use crate::calls::{ACQUIRE_SLOT, RELEASE, RENEW_MANY, micros};
 use crate::error::{Error, Result};
 use crate::results::{Renewal, SlotGrant, Status};
 use crate::rows::{self, TimedGrant, one_row};
@@ -231,4 +231,37 @@ pub(crate) async fn acquire_slot_timed(
     )
     .await?;
     rows::timed_slot_grant(&one_row(rows, CALL)?, CALL)
+}
+
+/// One pair's answer of [`renew_many_timed`]: the key and, unless busy, its renewal with the time
+/// left on it (when `ok`).
+pub(crate) type TimedKeyRenewal = (String, Option<(Renewal, Option<Duration>)>);
+
+/// [`crate::renew_many`] on a pooled connection, also reporting the time left on each renewed
+/// lease.
+pub(crate) async fn renew_many_timed(
+    conn: &ClientWrapper,
+    how: Statements,
+    owner: &str,
+    keys: &[&str],
+    epochs: &[i64],
+    ttl: Duration,
+) -> Result<Vec<TimedKeyRenewal>> {
+    const CALL: &str = "lease.renew_many";
+    let ttl = micros(ttl);
+    let rows = query(
+        conn,
+        how,
+        RENEW_MANY,
+        &[
+            (&owner, Type::TEXT),
+            (&keys, Type::TEXT_ARRAY),
+            (&epochs, Type::INT8_ARRAY),
+            (&ttl, Type::INT8),
+        ],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| rows::timed_key_renewal(row, CALL))
+        .collect()
 }
