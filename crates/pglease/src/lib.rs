@@ -7,12 +7,15 @@
 //!
 //! # Layers
 //!
-//! - **The client** ([`Client`], [`Lease`], [`Election`], [`Fence`]): leases with a keepalive,
-//!   prompt and reliable loss detection ([`Lease::lost`](crate::LeaseGuard::lost)), waits that hold no pooled connection,
-//!   fencing inside the database, and leader election. Built on tokio-postgres and a
+//! - **The client** ([`Client`], [`Lease`], [`Semaphore`], [`Election`], [`Fence`]): leases with a
+//!   keepalive (renewals of all leases batched into one call), prompt and reliable loss detection
+//!   ([`Lease::lost`](crate::LeaseGuard::lost)), waits that hold no pooled connection, lease data
+//!   ([`AcquireBuilder::data`], [`Lease::set_data`]), semaphores of N holders, fencing inside the
+//!   database, and leader election with watching observers. Built on tokio-postgres and a
 //!   deadpool-postgres pool.
-//! - **Calls** ([`acquire`], [`renew`], [`release`], [`inspect`], [`list`], [`purge`],
-//!   [`register_waiter`], [`fence()`]): one async function per SQL function, generic over
+//! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`inspect`], [`list`],
+//!   [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`], [`list_slots`],
+//!   [`register_slot_waiter`], [`fence()`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):

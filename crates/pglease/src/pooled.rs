@@ -233,9 +233,7 @@ pub(crate) async fn acquire_slot_timed(
     rows::timed_slot_grant(&one_row(rows, CALL)?, CALL)
 }
 
-/// One pair's answer of [`renew_many_timed`]: the key and, unless busy, its renewal with the time
-/// left on it (when `ok`).
-pub(crate) type TimedKeyRenewal = (String, Option<(Renewal, Option<Duration>)>);
+pub(crate) use crate::rows::TimedKeyRenewal;
 
 /// [`crate::renew_many`] on a pooled connection, also reporting the time left on each renewed
 /// lease.

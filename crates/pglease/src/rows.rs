@@ -21,6 +21,10 @@ pub(crate) struct TimedGrant {
     pub(crate) remaining: Duration,
 }
 
+/// One pair's answer of renew_many: the key and, unless busy, its renewal with the time left on
+/// it (when `ok`).
+pub(crate) type TimedKeyRenewal = (String, Option<(Renewal, Option<Duration>)>);
+
 /// The only row of `rows`.
 pub(crate) fn one_row(rows: Vec<Row>, call: &str) -> Result<Row> {
     let n = rows.len();
@@ -284,10 +288,7 @@ pub(crate) fn slot_waiter(row: &Row, call: &str) -> Result<SlotWaiter> {
 
 /// `(key, status, expires_at, remaining µs)` of renew_many: the key and, unless `busy`, its
 /// renewal with the time left on it (when `ok`).
-pub(crate) fn timed_key_renewal(
-    row: &Row,
-    call: &str,
-) -> Result<(String, Option<(Renewal, Option<Duration>)>)> {
+pub(crate) fn timed_key_renewal(row: &Row, call: &str) -> Result<TimedKeyRenewal> {
     let key: String = get(row, 0, call)?;
     let s: Option<&str> = get(row, 1, call)?;
     if s == Some("busy") {
