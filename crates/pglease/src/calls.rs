@@ -34,7 +34,10 @@ use tokio_postgres::types::Type;
 
 use crate::error::{Error, Result};
 use crate::limits;
-use crate::results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
+use crate::results::{
+    Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status,
+    Waiter, Watched,
+};
 use crate::rows;
 use crate::trace;
 // The installer decodes its rows with the same helpers.
@@ -65,13 +68,25 @@ const ACQUIRE: &str = "SELECT acquired, epoch, expires_at FROM lease.acquire($1,
 const RENEW: &str = "SELECT status, expires_at FROM lease.renew($1, $2, $3, \
      $4::bigint * interval '1 microsecond')";
 pub(crate) const RELEASE: &str = "SELECT status FROM lease.release($1, $2, $3)";
-const INSPECT: &str = "SELECT held, owner, epoch, expires_at FROM lease.inspect($1)";
-const LIST: &str = "SELECT key, held, owner, epoch, expires_at FROM lease.list($1)";
+const INSPECT: &str = "SELECT held, owner, epoch, expires_at, data FROM lease.inspect($1)";
+const LIST: &str = "SELECT key, held, owner, epoch, expires_at, data FROM lease.list($1)";
+const WATCH: &str = "SELECT held, owner, epoch, expires_at, data, \
+     ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.watch($1)";
 const PURGE: &str = "SELECT lease.purge($1::bigint * interval '1 microsecond')";
 
 const REGISTER_WAITER: &str = "SELECT held, owner, epoch, expires_at, \
      ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.register_waiter($1)";
 const FENCE: &str = "SELECT lease.fence($1, $2, $3)";
+pub(crate) const RENEW_MANY: &str = "SELECT r.key, r.status, r.expires_at, \
+     floor(extract(epoch FROM r.expires_at - clock_timestamp()) * 1000000)::bigint \
+     FROM lease.renew_many($1, $2, $3, $4::bigint * interval '1 microsecond') AS r";
+pub(crate) const ACQUIRE_SLOT: &str = "SELECT s.acquired, s.slot, s.key, s.epoch, s.expires_at, \
+     floor(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000000)::bigint \
+     FROM lease.acquire_slot($1, $2, $3::bigint * interval '1 microsecond', $4, interval '0', $5) AS s";
+const LIST_SLOTS: &str =
+    "SELECT slot, key, held, owner, epoch, expires_at, data FROM lease.list_slots($1)";
+const REGISTER_SLOT_WAITER: &str = "SELECT holders, \
+     ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.register_slot_waiter($1)";
 /// Grants `key` to `owner` for `ttl` if it is free, lapsed or unknown; `None` if another owner holds
 /// it (with `wait` zero).
 ///
@@ -398,6 +413,39 @@ pub async fn register_waiter<C: GenericClient>(client: &C, key: &str) -> Result<
     rows::waiter(&one_row(rows, CALL)?, CALL)
 }
 
+/// Watches `key`: marks it so that every grant, release and change of data of it notifies channel
+/// `pg_lease_changed` (payload: the key) for the next hour, and returns its state now with the
+/// time until the holder's lapse (a lapse notifies nothing: wake up then).
+///
+/// For observers of a key's holder: `LISTEN pg_lease_changed` first, then call this, and call it
+/// again on every wake-up (a notification, the lapse, or at least every half hour, which keeps the
+/// mark). A key never leased gets a free row at the epoch floor, so its first grant notifies too.
+/// [`crate::Election::observe`] does all of this on the client's shared `LISTEN` connection.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): empty key, or a key over 1024 bytes.
+/// - any other server error, [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// client.batch_execute("LISTEN pg_lease_changed").await?;
+/// let watched = pglease::watch(client, "scheduler").await?;
+/// match (&watched.state.owner, watched.lapses_in) {
+///     (Some(owner), Some(lapses_in)) => println!("{owner} leads; lapses in {lapses_in:?}"),
+///     _ => println!("no leader: wait for a notification"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn watch<C: GenericClient>(client: &C, key: &str) -> Result<Watched> {
+    const CALL: &str = "lease.watch";
+    let rows = client.query_typed(WATCH, &[(&key, Type::TEXT)]).await?;
+    rows::watched(&one_row(rows, CALL)?, CALL)
+}
+
 /// Guards the writes of the caller's transaction: checks that `owner` holds `key` at `epoch` now
 /// and locks the key's row (`FOR SHARE`) until the transaction ends, so no takeover, release or
 /// renew of the key can commit before the guarded writes do; returns the lease's expiry.
@@ -447,6 +495,227 @@ pub async fn fence<C: GenericClient>(
         )
         .await?;
     rows::expiry(&one_row(rows, CALL)?, CALL)
+}
+
+/// Renews many grants of `owner` in one statement (`lease.renew_many`): for each `(key, epoch)`
+/// pair the judgement [`renew`] would give, extending every held one to server time + `ttl`, and
+/// one [`KeyRenewal`] per pair (in no particular order). A key whose row another transaction holds
+/// locked (a [`fence()`] in progress, a concurrent call) is not waited for: it comes back busy
+/// (`renewal: None`), unjudged and unrenewed; renew it on its own with [`renew`]. Data is left as
+/// it is.
+///
+/// The keys must be distinct; at most [`MAX_RENEW_MANY`](crate::limits::MAX_RENEW_MANY) pairs.
+/// [`crate::Client`] renews its leases this way (docs/CLIENT.md, "Batched renewal").
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): a bad owner, key or ttl, duplicate keys, or too many
+///   pairs; nothing was renewed.
+/// - any other server error, [`Error::is_connection`] (outcome unknown) or
+///   [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+///
+/// let pairs = [("job-1", 7), ("job-2", 9)];
+/// for r in pglease::renew_many(client, "worker-a1", &pairs, Duration::from_secs(30)).await? {
+///     match r.renewal {
+///         Some(renewal) if renewal.status.is_ok() => {}
+///         Some(renewal) => eprintln!("lost {}: {}", r.key, renewal.status),
+///         None => { /* busy: pglease::renew(client, &r.key, ...) */ }
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn renew_many<C: GenericClient>(
+    client: &C,
+    owner: &str,
+    pairs: &[(&str, i64)],
+    ttl: Duration,
+) -> Result<Vec<KeyRenewal>> {
+    let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+    let epochs: Vec<i64> = pairs.iter().map(|(_, e)| *e).collect();
+    let ttl_us = micros(ttl);
+    let rows = client
+        .query_typed(
+            RENEW_MANY,
+            &[
+                (&owner, Type::TEXT),
+                (&keys, Type::TEXT_ARRAY),
+                (&epochs, Type::INT8_ARRAY),
+                (&ttl_us, Type::INT8),
+            ],
+        )
+        .await?;
+    let answers = rows
+        .iter()
+        .map(|row| {
+            let (key, judged) = rows::timed_key_renewal(row, "lease.renew_many")?;
+            Ok(KeyRenewal {
+                key,
+                renewal: judged.map(|(renewal, _)| renewal),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    tracing::debug!(
+        target: trace::CALL,
+        owner,
+        leases = answers.len(),
+        "lease renewals answered"
+    );
+    Ok(answers)
+}
+
+/// The lease key of slot `slot` of semaphore `semaphore`: `semaphore#slot`, as
+/// `lease.slot_key` spells it (computed here, nothing sent).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::slot_key("runners", 3), "runners#3");
+/// ```
+pub fn slot_key(semaphore: &str, slot: u32) -> String {
+    format!("{semaphore}#{slot}")
+}
+
+/// Grants `owner` a slot of semaphore `semaphore` for `ttl` if fewer than `max_holders` of its
+/// slots are held (the lowest free or lapsed slot in `1..=max_holders`, with a new epoch for that
+/// slot's key), carrying `data`; returns the owner's current slot unchanged if it holds one
+/// (its data replaced when `data` is given); `None` when `max_holders` slots are held by others.
+///
+/// The slot is an ordinary lease key ([`SlotGrant::key`]): renew, release and fence it with
+/// [`renew`], [`release`] and [`fence()`]. The limit is an argument of each call, not stored:
+/// raising it takes effect at once; lowering it refuses new grants until fewer holders than the
+/// new limit remain (docs/SEMANTICS.md §7). Never waits (`wait = 0`); [`crate::Semaphore`] waits
+/// without polling.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): an empty or over-long (1018 bytes) name, a bad owner
+///   or ttl, `max_holders` not in 1..=10000, data over 8192 bytes. Nothing changed.
+/// - any other server error, [`Error::is_connection`] (outcome unknown) or
+///   [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+///
+/// let ttl = Duration::from_secs(30);
+/// match pglease::acquire_slot(client, "runners", "worker-a1", ttl, 3, Some("a1")).await? {
+///     Some(s) => println!("slot {} at epoch {}", s.slot, s.grant.epoch),
+///     None => println!("3 runners already"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn acquire_slot<C: GenericClient>(
+    client: &C,
+    semaphore: &str,
+    owner: &str,
+    ttl: Duration,
+    max_holders: u32,
+    data: Option<&str>,
+) -> Result<Option<SlotGrant>> {
+    const CALL: &str = "lease.acquire_slot";
+    let ttl_us = micros(ttl);
+    let max = i32::try_from(max_holders).unwrap_or(i32::MAX);
+    let rows = client
+        .query_typed(
+            ACQUIRE_SLOT,
+            &[
+                (&semaphore, Type::TEXT),
+                (&owner, Type::TEXT),
+                (&ttl_us, Type::INT8),
+                (&max, Type::INT4),
+                (&data, Type::TEXT),
+            ],
+        )
+        .await?;
+    let granted = rows::timed_slot_grant(&one_row(rows, CALL)?, CALL)?.map(|(grant, _)| grant);
+    match &granted {
+        Some(s) => tracing::info!(
+            target: trace::CALL,
+            key = s.key.as_str(),
+            owner,
+            epoch = s.grant.epoch,
+            ttl = ?ttl,
+            "lease granted"
+        ),
+        None => tracing::debug!(
+            target: trace::CALL,
+            key = semaphore,
+            owner,
+            "every slot held by another owner"
+        ),
+    }
+    Ok(granted)
+}
+
+/// Every slot of semaphore `semaphore` that has a row (held or not), ordered by slot, with its
+/// state as [`inspect`] reports it. Advisory, like [`inspect`].
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): an empty or over-long name.
+/// - any other server error, [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let held = pglease::list_slots(client, "runners").await?.into_iter().filter(|s| s.state.held).count();
+/// println!("{held} runners");
+/// # Ok(())
+/// # }
+/// ```
+pub async fn list_slots<C: GenericClient>(client: &C, semaphore: &str) -> Result<Vec<SlotState>> {
+    let rows = client
+        .query_typed(LIST_SLOTS, &[(&semaphore, Type::TEXT)])
+        .await?;
+    rows.iter()
+        .map(|row| rows::slot_state(row, "lease.list_slots"))
+        .collect()
+}
+
+/// Marks every held slot of semaphore `semaphore` as awaited (so its release notifies
+/// `pg_lease_released` with the slot's key, `name#N`), and reports how many are held and when
+/// the first of them lapses.
+///
+/// For clients that wait for a slot without polling: `LISTEN pg_lease_released` first, then call
+/// this; if fewer than your `max_holders` are held, try [`acquire_slot`] now; otherwise sleep until
+/// a notification for one of the semaphore's slot keys or until [`SlotWaiter::lapses_in`], then
+/// try again. [`crate::Semaphore::acquire`] does all of this.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): an empty or over-long name.
+/// - any other server error, [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// client.batch_execute("LISTEN pg_lease_released").await?;
+/// let waiter = pglease::register_slot_waiter(client, "runners").await?;
+/// println!("{} held, first lapse in {:?}", waiter.holders, waiter.lapses_in);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn register_slot_waiter<C: GenericClient>(
+    client: &C,
+    semaphore: &str,
+) -> Result<SlotWaiter> {
+    const CALL: &str = "lease.register_slot_waiter";
+    let rows = client
+        .query_typed(REGISTER_SLOT_WAITER, &[(&semaphore, Type::TEXT)])
+        .await?;
+    rows::slot_waiter(&one_row(rows, CALL)?, CALL)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::acquire::AcquireBuilder;
 use crate::calls;
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
@@ -31,12 +32,13 @@ use crate::keepalive::{self, Keepalive};
 use crate::lease::Lease;
 use crate::listener::{self, Listener};
 use crate::pooled::{self, Connections, Statements};
+use crate::renewer::Renewer;
 use crate::results::{LeaseState, ListedLease};
 use crate::shared::Shared;
 use crate::slots::{SlotGuard, Slots};
 use crate::timing::Timing;
 use crate::trace;
-use crate::wait::{self, Attempt, Deadline, Waits};
+use crate::wait::{self, Attempt, Awaited, Deadline, Waits};
 
 /// Default fraction of the ttl between renewals.
 const DEFAULT_RENEW_FRACTION: f64 = 1.0 / 3.0;
@@ -113,6 +115,8 @@ struct Inner {
     tracker: TaskTracker,
     slots: Arc<Slots>,
     live: Arc<AtomicUsize>,
+    /// Sends the renewals of all leases, batched.
+    renewer: Renewer,
 }
 
 impl Drop for Inner {
@@ -198,10 +202,45 @@ impl Client {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.try_acquire_with_data(key, ttl, None).await
+    }
+
+    /// A request to acquire `key` for `ttl` with options ([`AcquireBuilder::data`]), sent by
+    /// [`AcquireBuilder::try_acquire`] or [`AcquireBuilder::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let lease = client
+    ///     .acquire_with("scheduler", Duration::from_secs(10))
+    ///     .data("10.0.0.7:8080")
+    ///     .acquire(Duration::from_secs(60))
+    ///     .await?;
+    /// assert_eq!(lease.data().as_deref(), Some("10.0.0.7:8080"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn acquire_with(&self, key: impl Into<String>, ttl: Duration) -> AcquireBuilder {
+        AcquireBuilder::new(self.clone(), key.into(), ttl)
+    }
+
+    /// [`Client::try_acquire`] with `data` (validated here, then by the server).
+    pub(crate) async fn try_acquire_with_data(
+        &self,
+        key: &str,
+        ttl: Duration,
+        data: Option<&str>,
+    ) -> Result<Option<Lease>> {
         let span = self.acquire_span(key, ttl, Deadline::after(Duration::ZERO));
         async {
             self.inner.conns.check_open()?;
             let timing = self.timing(ttl)?;
+            if let Some(data) = data {
+                check_data(data)?;
+            }
             let Some(slot) = self.inner.slots.claim(key) else {
                 tracing::debug!(
                     target: trace::LEASE,
@@ -211,7 +250,7 @@ impl Client {
                 );
                 return Ok(None);
             };
-            Ok(self.acquire_once(slot, key, timing).await?.ok())
+            Ok(self.acquire_once(slot, key, timing, data).await?.ok())
         }
         .instrument(span)
         .await
@@ -252,7 +291,8 @@ impl Client {
     /// # }
     /// ```
     pub async fn acquire(&self, key: &str, ttl: Duration, timeout: Duration) -> Result<Lease> {
-        self.acquire_until(key, ttl, Deadline::after(timeout)).await
+        self.acquire_until(key, ttl, None, Deadline::after(timeout))
+            .await
     }
 
     /// Acquires `key` (waiting without bound), runs the future `f` makes from a [`LeaseGuard`],
@@ -290,7 +330,7 @@ impl Client {
         F: FnOnce(LeaseGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lease = self.acquire_until(key, ttl, Deadline::NEVER).await?;
+        let lease = self.acquire_until(key, ttl, None, Deadline::NEVER).await?;
         let work = f(lease.guard());
         let outcome = tokio::select! {
             biased;
@@ -420,14 +460,16 @@ impl Client {
                 "key {key:?} is held by another lease of this client"
             )));
         };
-        Ok(self.start_keepalive(
-            slot,
+        Ok(self.start_keepalive(Granted {
+            reservations: vec![slot],
             key,
+            slot: None,
             grant,
             timing,
-            Instant::from_std(sent_at),
-            remaining,
-        ))
+            sent: Instant::from_std(sent_at),
+            left: remaining,
+            data: None,
+        }))
     }
 
     /// Shuts the client down: releases every lease it holds, stops every keepalive and the
@@ -513,8 +555,10 @@ impl Client {
             options.poll_cap,
             root.clone(),
         );
+        let renewer = Renewer::start(conns.clone(), owner.clone(), root.clone(), &tracker);
         let client = Client {
             inner: Arc::new(Inner {
+                renewer,
                 owner,
                 options,
                 conns,
@@ -532,12 +576,22 @@ impl Client {
         Ok(client)
     }
 
+    /// The client's pooled connections.
+    pub(crate) fn conns(&self) -> &Connections {
+        &self.inner.conns
+    }
+
+    /// The keys (and semaphores) this client holds or is acquiring.
+    pub(crate) fn reservations(&self) -> &Arc<Slots> {
+        &self.inner.slots
+    }
+
     /// How this client's waits wait: the interface its elections (and other waiting calls) use.
     pub(crate) fn waits(&self) -> &Waits {
         &self.inner.waits
     }
 
-    fn timing(&self, ttl: Duration) -> Result<Timing> {
+    pub(crate) fn timing(&self, ttl: Duration) -> Result<Timing> {
         Timing::new(
             ttl,
             self.inner.options.renew_fraction,
@@ -545,17 +599,28 @@ impl Client {
         )
     }
 
-    /// Acquires `key`, waiting until `deadline`: for this client's own lease on the key to end,
-    /// then for the holder's release or lapse, retrying transient errors.
-    async fn acquire_until(&self, key: &str, ttl: Duration, deadline: Deadline) -> Result<Lease> {
+    /// Acquires `key` (with `data`), waiting until `deadline`: for this client's own lease on the
+    /// key to end, then for the holder's release or lapse, retrying transient errors.
+    pub(crate) async fn acquire_until(
+        &self,
+        key: &str,
+        ttl: Duration,
+        data: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<Lease> {
         let span = self.acquire_span(key, ttl, deadline);
-        self.acquire_until_in_span(key, ttl, deadline)
+        self.acquire_until_in_span(key, ttl, data, deadline)
             .instrument(span)
             .await
     }
 
     /// The `acquire` span of one acquire call (see docs/CLIENT.md, "Observability").
-    fn acquire_span(&self, key: &str, ttl: Duration, deadline: Deadline) -> tracing::Span {
+    pub(crate) fn acquire_span(
+        &self,
+        key: &str,
+        ttl: Duration,
+        deadline: Deadline,
+    ) -> tracing::Span {
         tracing::info_span!(
             target: trace::LEASE,
             "acquire",
@@ -571,9 +636,13 @@ impl Client {
         &self,
         key: &str,
         ttl: Duration,
+        data: Option<&str>,
         deadline: Deadline,
     ) -> Result<Lease> {
         let timing = self.timing(ttl)?;
+        if let Some(data) = data {
+            check_data(data)?;
+        }
         let what = &format!("acquire of key {key:?}");
         let attempt = move || async move {
             // Another lease (or acquire) of this client has the key: wait for it to end.
@@ -583,14 +652,14 @@ impl Client {
                 }
                 () = self.inner.waits.closed() => return Err(Error::closed()),
             };
-            Ok(match self.acquire_once(slot, key, timing).await? {
+            Ok(match self.acquire_once(slot, key, timing, data).await? {
                 Ok(lease) => Attempt::Done(lease),
                 Err(()) => Attempt::Held,
             })
         };
         self.inner
             .waits
-            .retry_until(what, key, deadline, attempt)
+            .retry_until(what, Awaited::Key(key), deadline, attempt)
             .await
     }
 
@@ -601,6 +670,7 @@ impl Client {
         slot: SlotGuard,
         key: &str,
         timing: Timing,
+        data: Option<&str>,
     ) -> Result<std::result::Result<Lease, ()>> {
         let conns = &self.inner.conns;
         let conn = conns.get().await?;
@@ -608,15 +678,21 @@ impl Client {
             conn: Some(conn),
             slot: Some(slot),
             conns: conns.clone(),
-            key: key.to_owned(),
+            target: Target::Key(key.to_owned()),
             owner: self.inner.owner.clone(),
             armed: true,
         };
         let sent = Instant::now();
         let conn = in_flight.conn.as_ref().expect("set above");
-        let answer =
-            pooled::acquire_timed(conn, conns.statements(), key, &self.inner.owner, timing.ttl)
-                .await;
+        let answer = pooled::acquire_timed(
+            conn,
+            conns.statements(),
+            key,
+            &self.inner.owner,
+            timing.ttl,
+            data,
+        )
+        .await;
         let (grant, sent, left) = match answer {
             Ok(Some(timed)) => (timed.grant, sent, timed.remaining),
             Ok(None) => {
@@ -660,6 +736,7 @@ impl Client {
                 &self.inner.owner,
                 grant.epoch,
                 timing.ttl,
+                None,
             )
             .await
             {
@@ -687,41 +764,55 @@ impl Client {
             epoch: grant.epoch,
             expires_at,
         };
-        Ok(Ok(
-            self.start_keepalive(slot, key, grant, timing, sent, left)
-        ))
+        Ok(Ok(self.start_keepalive(Granted {
+            reservations: vec![slot],
+            key,
+            slot: None,
+            grant,
+            timing,
+            sent,
+            left,
+            data: data.map(str::to_owned),
+        })))
     }
 
     /// Hands a confirmed grant to a new keepalive task and returns its [`Lease`]: the validity
     /// deadline is `sent + min(ttl, left) - margin` (`sent`: when the granting call was sent,
     /// `left`: the time the server reported left on the grant).
-    fn start_keepalive(
-        &self,
-        slot: SlotGuard,
-        key: &str,
-        grant: crate::results::Grant,
-        timing: Timing,
-        sent: Instant,
-        left: Duration,
-    ) -> Lease {
+    pub(crate) fn start_keepalive(&self, granted: Granted<'_>) -> Lease {
+        let Granted {
+            reservations,
+            key,
+            slot,
+            grant,
+            timing,
+            sent,
+            left,
+            data,
+        } = granted;
         let conns = &self.inner.conns;
         let valid_until = timing.valid_until(sent, left);
-        let shared = Arc::new(Shared::new(
-            key.to_owned(),
-            self.inner.owner.clone(),
-            grant.epoch,
-            timing,
-            valid_until,
-            grant.expires_at,
-            self.inner.root.child_token(),
-        ));
+        let shared = Arc::new(
+            Shared::new(
+                key.to_owned(),
+                self.inner.owner.clone(),
+                grant.epoch,
+                timing,
+                valid_until,
+                grant.expires_at,
+                self.inner.root.child_token(),
+            )
+            .with_slot(slot)
+            .with_data(data),
+        );
         let (control, commands) = mpsc::unbounded_channel();
         let keepalive = Keepalive {
             shared: Arc::clone(&shared),
             conns: conns.clone(),
+            renewer: self.inner.renewer.clone(),
             commands,
             shutdown: self.inner.root.clone(),
-            slot: Some(slot),
+            reservations,
             sent,
             _live: keepalive::Live::new(Arc::clone(&self.inner.live)),
         };
@@ -748,15 +839,54 @@ impl Client {
     }
 }
 
+/// A grant confirmed by the server, ready for its keepalive ([`Client::start_keepalive`]).
+pub(crate) struct Granted<'a> {
+    /// What the lease keeps reserved in the client until its keepalive ends: the key (and the
+    /// semaphore, for a slot).
+    pub(crate) reservations: Vec<SlotGuard>,
+    pub(crate) key: &'a str,
+    /// The slot number, for a semaphore's slot.
+    pub(crate) slot: Option<u32>,
+    pub(crate) grant: crate::results::Grant,
+    pub(crate) timing: Timing,
+    /// When the granting call was sent.
+    pub(crate) sent: Instant,
+    /// The time the server reported left on the grant after the call.
+    pub(crate) left: Duration,
+    /// The data the grant was made with.
+    pub(crate) data: Option<String>,
+}
+
+/// Fails with [`Error::is_invalid_input`] (client-side, no code) if `data` is over
+/// [`limits::MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes; the server checks it again
+/// (`22023`).
+pub(crate) fn check_data(data: &str) -> Result<()> {
+    if crate::limits::is_valid_data(data) {
+        Ok(())
+    } else {
+        Err(Error::invalid_argument(format!(
+            "data is {} bytes: at most {} bytes are allowed",
+            data.len(),
+            crate::limits::MAX_DATA_BYTES
+        )))
+    }
+}
+
+/// What an acquire in flight may have been granted: a key, or any slot of a semaphore.
+pub(crate) enum Target {
+    Key(String),
+    Semaphore(String),
+}
+
 /// The key of an acquire whose answer never came (or was dropped), until the cleanup has released
 /// whatever it may have granted.
-struct InFlight {
-    conn: Option<Object>,
-    slot: Option<SlotGuard>,
-    conns: Connections,
-    key: String,
-    owner: String,
-    armed: bool,
+pub(crate) struct InFlight {
+    pub(crate) conn: Option<Object>,
+    pub(crate) slot: Option<SlotGuard>,
+    pub(crate) conns: Connections,
+    pub(crate) target: Target,
+    pub(crate) owner: String,
+    pub(crate) armed: bool,
 }
 
 impl Drop for InFlight {
@@ -768,10 +898,8 @@ impl Drop for InFlight {
             return;
         };
         let (conn, slot, conns) = (self.conn.take(), self.slot.take(), self.conns.clone());
-        let (key, owner) = (
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.owner),
-        );
+        let target = std::mem::replace(&mut self.target, Target::Key(String::new()));
+        let owner = std::mem::take(&mut self.owner);
         runtime.spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(10);
             let cleanup = async {
@@ -781,12 +909,23 @@ impl Drop for InFlight {
                     Some(conn) if !conn.is_closed() => conn,
                     _ => conns.checkout(deadline).await?,
                 };
-                if let Some(state) = calls::inspect(&**conn, &key).await?
-                    && state.held
-                    && state.owner.as_deref() == Some(owner.as_str())
-                {
-                    // Logged by the call (target pglease::call, "lease released").
-                    calls::release(&**conn, &key, &owner, state.epoch).await?;
+                let held: Vec<(String, crate::results::LeaseState)> = match &target {
+                    Target::Key(key) => calls::inspect(&**conn, key)
+                        .await?
+                        .map(|state| (key.clone(), state))
+                        .into_iter()
+                        .collect(),
+                    Target::Semaphore(name) => calls::list_slots(&**conn, name)
+                        .await?
+                        .into_iter()
+                        .map(|s| (s.key, s.state))
+                        .collect(),
+                };
+                for (key, state) in held {
+                    if state.held && state.owner.as_deref() == Some(owner.as_str()) {
+                        // Logged by the call (target pglease::call, "lease released").
+                        calls::release(&**conn, &key, &owner, state.epoch).await?;
+                    }
                 }
                 Ok::<(), Error>(())
             };

@@ -2,9 +2,14 @@
 //! leadership as a [`Lease`]), resigns, and observes leader changes as a stream of [`Leader`]s.
 //!
 //! The leader is whoever holds the key; its epoch numbers the term, so terms strictly increase and
-//! a former leader is fenced out by the epoch. Candidates wait like [`Client::acquire`] (no
-//! polling). Observers register as waiters, so they are woken by the leader's release or at its
-//! lapse time; while there is no leader they re-check every `min(ttl / 4, 1 s)`.
+//! a former leader is fenced out by the epoch. A candidate may campaign with data
+//! ([`Election::with_data`], e.g. its address), which the leader's [`Leader::data`] carries.
+//! Candidates wait like [`Client::acquire`] (no polling). Observers watch the key (`lease.watch`
+//! and channel `pg_lease_changed`), so every grant, release and change of data wakes them, and
+//! they wake at the leader's lapse time (a lapse notifies nothing); they look again at least every
+//! 15 minutes, which keeps the watch mark (it lasts an hour). Without a listening connection
+//! (pooler mode) they sleep until the lapse, at most `poll_cap`, and while there is no leader
+//! re-check every `min(ttl / 4, 1 s)`.
 //!
 //! Like etcd's election recipe on its `Session`, an election is built on its client's public
 //! calls ([`Client::acquire`], [`Client::inspect`], [`Lease::release`]); the observer waits through
@@ -31,12 +36,16 @@ use crate::retry::{is_transient, waiting_backoff};
 use crate::trace;
 use crate::wait::Deadline;
 
-/// The holder of an election's key: the leader and its term.
+/// How often an observer looks again even without a notification: keeps its `lease.watch` mark
+/// (which lasts an hour and is renewed when less than 30 minutes are left) from running out.
+const WATCH_REFRESH: Duration = Duration::from_secs(15 * 60);
+
+/// The holder of an election's key: the leader, its term, and the data it campaigned with.
 ///
 /// # Examples
 ///
 /// ```
-/// let leader = pglease::Leader { owner: "node-1".into(), epoch: 7 };
+/// let leader = pglease::Leader { owner: "node-1".into(), epoch: 7, data: Some("10.0.0.7:8080".into()) };
 /// assert_eq!(leader.to_string(), "node-1@7");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -45,10 +54,25 @@ pub struct Leader {
     pub owner: String,
     /// The term: the epoch of the leader's grant, greater than every earlier term.
     pub epoch: i64,
+    /// What the leader advertises (e.g. its address): the data it campaigned with
+    /// ([`Election::with_data`]) or last set ([`Lease::set_data`]); `None` if it set none.
+    pub data: Option<String>,
+}
+
+impl Leader {
+    /// The leader of a key in `state`, if it is held.
+    fn of(state: crate::results::LeaseState) -> Option<Leader> {
+        let epoch = state.epoch;
+        let data = state.data;
+        state
+            .owner
+            .filter(|_| state.held)
+            .map(|owner| Leader { owner, epoch, data })
+    }
 }
 
 impl fmt::Display for Leader {
-    /// `owner@epoch`.
+    /// `owner@epoch` (the data is not shown).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}@{}", self.owner, self.epoch)
     }
@@ -76,6 +100,7 @@ pub struct Election {
     client: Client,
     key: String,
     ttl: Duration,
+    data: Option<String>,
 }
 
 impl Client {
@@ -99,11 +124,48 @@ impl Client {
             client: self.clone(),
             key: name.into(),
             ttl,
+            data: None,
         }
     }
 }
 
 impl Election {
+    /// The same election, campaigning with `data`: what this candidate advertises once it leads
+    /// (e.g. its address), read by observers as [`Leader::data`]. At most
+    /// [`MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes ([`Election::campaign`] fails
+    /// with [`Error::is_invalid_input`] otherwise). The leader changes it with
+    /// [`Lease::set_data`] on its leadership.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let election = client.election("scheduler", Duration::from_secs(10)).with_data("10.0.0.7:8080");
+    /// let leadership = election.campaign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_data(mut self, data: impl Into<String>) -> Election {
+        self.data = Some(data.into());
+        self
+    }
+
+    /// The data this candidate campaigns with, if any ([`Election::with_data`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: &pglease::Client) {
+    /// let election = client.election("scheduler", std::time::Duration::from_secs(10));
+    /// assert_eq!(election.data(), None);
+    /// # }
+    /// ```
+    pub fn data(&self) -> Option<&str> {
+        self.data.as_deref()
+    }
+
     /// The election's key.
     ///
     /// # Examples
@@ -124,7 +186,8 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`Client::acquire`], except that there is no timeout.
+    /// As [`Client::acquire`], except that there is no timeout; [`Error::is_invalid_input`] for
+    /// data over [`MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes.
     ///
     /// # Cancel safety
     ///
@@ -147,10 +210,9 @@ impl Election {
             owner = self.client.owner(),
         );
         async {
-            // A timeout of Duration::MAX waits without bound.
             let leadership = self
                 .client
-                .acquire(&self.key, self.ttl, Duration::MAX)
+                .acquire_until(&self.key, self.ttl, self.data.as_deref(), Deadline::NEVER)
                 .await?;
             leadership.shared().mark_leadership();
             tracing::info!(
@@ -230,22 +292,22 @@ impl Election {
     /// # }
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        Ok(self.client.inspect(&self.key).await?.and_then(|state| {
-            state.owner.filter(|_| state.held).map(|owner| Leader {
-                owner,
-                epoch: state.epoch,
-            })
-        }))
+        Ok(self.client.inspect(&self.key).await?.and_then(Leader::of))
     }
 
     /// A stream of leader changes: the current leader first (`None`: no leader), then every
     /// change as it is observed.
     ///
-    /// Changes are observed when the leader releases (by notification), at its lapse time, and,
-    /// while there is no leader, every `min(ttl / 4, 1 s)`. Terms only increase; a leader that
-    /// comes and goes between two observations may be skipped. Errors are yielded and then
-    /// retried with backoff; the stream ends when the client shuts down. It does its work only
-    /// while polled, and holds no connection between polls.
+    /// A change is a new leader, no leader, or new data of the same leader. The observer watches
+    /// the key (`lease.watch`) on the client's shared `LISTEN` connection, so every grant,
+    /// release and change of data wakes it at once (a new leader after no leader too), and it
+    /// wakes at the leader's lapse time (a lapse notifies nothing); it never polls. Without a
+    /// listening connection ([pooler mode](crate::ClientBuilder::pooler_mode)) it sleeps until
+    /// the lapse, at most [`poll_cap`](crate::ClientBuilder::poll_cap), and while there is no
+    /// leader looks again every `min(ttl / 4, 1 s)`. Terms only increase; a leader that comes and
+    /// goes between two observations may be skipped. Errors are yielded and then retried with
+    /// backoff; the stream ends when the client shuts down. It does its work only while polled,
+    /// and holds no pooled connection between polls.
     ///
     /// # Examples
     ///
@@ -318,12 +380,13 @@ impl Stream for LeaderStream {
 enum Wait {
     /// Nothing: look now.
     None,
-    /// The leader's release (if subscribed) or its lapse.
-    Leader {
+    /// A change of the key (if subscribed), or `wake_in` (the leader's lapse, or the refresh of
+    /// the watch mark).
+    Change {
         subscription: Option<Subscription>,
-        lapses_in: Duration,
+        wake_in: Duration,
     },
-    /// No leader: look again at this instant.
+    /// Look again at this instant (no leader and no listening connection, or a backoff).
     Until(Instant),
 }
 
@@ -346,15 +409,15 @@ impl Observer {
             }
             match std::mem::replace(&mut self.wait, Wait::None) {
                 Wait::None => {}
-                Wait::Leader {
+                Wait::Change {
                     subscription,
-                    lapses_in,
+                    wake_in,
                 } => {
                     if waits
                         .sleep_until_released(
                             &self.key,
                             subscription.as_ref(),
-                            lapses_in,
+                            wake_in,
                             Deadline::NEVER,
                         )
                         .await
@@ -381,6 +444,7 @@ impl Observer {
                                 owner = self.client.owner(),
                                 leader = leader.owner.as_str(),
                                 epoch = leader.epoch,
+                                data = leader.data.as_deref(),
                                 "leader observed"
                             ),
                             None => tracing::info!(
@@ -421,20 +485,23 @@ impl Observer {
 
     /// The current leader, and what to wait for before looking again.
     async fn look(&self) -> Result<(Option<Leader>, Wait)> {
-        let (subscription, waiter) = self
+        let (subscription, watched) = self
             .client
             .waits()
-            .watch(&self.key, Deadline::NEVER)
+            .watch_changes(&self.key, Deadline::NEVER)
             .await?;
-        match (waiter.held, waiter.owner, waiter.epoch, waiter.lapses_in) {
-            (true, Some(owner), Some(epoch), Some(lapses_in)) => Ok((
-                Some(Leader { owner, epoch }),
-                Wait::Leader {
-                    subscription,
-                    lapses_in,
-                },
-            )),
-            _ => Ok((None, Wait::Until(Instant::now() + self.leaderless_poll))),
-        }
+        let leader = Leader::of(watched.state);
+        let wait = match (watched.lapses_in.filter(|_| leader.is_some()), subscription) {
+            (Some(lapses_in), subscription) => Wait::Change {
+                subscription,
+                wake_in: lapses_in.min(WATCH_REFRESH),
+            },
+            (None, Some(subscription)) => Wait::Change {
+                subscription: Some(subscription),
+                wake_in: WATCH_REFRESH,
+            },
+            (None, None) => Wait::Until(Instant::now() + self.leaderless_poll),
+        };
+        Ok((leader, wait))
     }
 }

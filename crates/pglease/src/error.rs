@@ -72,7 +72,7 @@ struct Inner {
     cause: Option<Box<dyn StdError + Send + Sync>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Kind {
     /// The server reported an error.
     Db {
@@ -105,6 +105,15 @@ enum Kind {
 impl Error {
     fn new(kind: Kind, cause: Option<Box<dyn StdError + Send + Sync>>) -> Error {
         Error(Box::new(Inner { kind, cause }))
+    }
+
+    /// A copy of this error, for each lease of a batched renewal that failed as a whole (the
+    /// cause, if any, is kept as its text).
+    pub(crate) fn share(&self) -> Error {
+        Error::new(
+            self.0.kind.clone(),
+            self.0.cause.as_ref().map(|cause| cause.to_string().into()),
+        )
     }
 
     pub(crate) fn protocol(message: impl Into<String>) -> Error {

@@ -82,6 +82,38 @@ impl LeaseGuard {
         self.shared.epoch
     }
 
+    /// The slot number, for a lease on a semaphore's slot ([`crate::Semaphore`]); `None` for a
+    /// plain key. The lease's [`LeaseGuard::key`] is then the slot key `name#slot`
+    /// ([`crate::slot_key`]), which renews, releases and fences like any key.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(lease: &pglease::LeaseGuard) {
+    /// if let Some(slot) = lease.slot() {
+    ///     println!("slot {slot} ({})", lease.key());
+    /// }
+    /// # }
+    /// ```
+    pub fn slot(&self) -> Option<u32> {
+        self.shared.slot
+    }
+
+    /// The lease's data as the server last confirmed it: what the acquire set
+    /// ([`crate::AcquireBuilder::data`]) or the last [`crate::Lease::set_data`]; `None` if none
+    /// was set. Others read it with [`crate::Client::inspect`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(lease: &pglease::LeaseGuard) {
+    /// println!("advertising {:?}", lease.data());
+    /// # }
+    /// ```
+    pub fn data(&self) -> Option<String> {
+        self.shared.data()
+    }
+
     /// The ttl the lease was acquired with; every renewal extends it by this much.
     ///
     /// # Examples

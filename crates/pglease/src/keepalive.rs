@@ -1,6 +1,8 @@
 //! The keepalive task of one lease: renews at a fraction of the ttl, retries failed renewals with
 //! backoff on fresh connections until the validity deadline, signals loss, and releases the lease
-//! when its handle is released or dropped or the client shuts down.
+//! when its handle is released or dropped or the client shuts down. Its renewals are sent by the
+//! client's renewer (`renewer.rs`), in one `lease.renew_many` call with the other leases' due
+//! renewals; it decides alone what each answer means for its lease.
 //!
 //! Rules it keeps:
 //!
@@ -12,7 +14,10 @@
 //!   once. Anything else is retried until the deadline, then the lease ends as
 //!   [`LostReason::Expired`].
 //! - Every wait is bounded by the deadline; the task ends on release, drop, loss or client
-//!   shutdown, and nothing renews after it has ended.
+//!   shutdown, and nothing renews after it has ended: a renewal still queued is withdrawn, one in
+//!   flight is waited for before the release is sent.
+//! - A renewal the batch reports `busy` (the key's row locked by another transaction) is sent
+//!   again at once on its own (`lease.renew`), bounded by the deadline.
 //!
 //! It runs in the lease's `keepalive` span (made by the client) and logs on target
 //! `pglease::lease`: each renewal (`debug`), each failed one with its error and SQLSTATE (`warn`),
@@ -30,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::lost::LostReason;
 use crate::pooled::{self, Connections, discard};
+use crate::renewer::{Outcome, Renewer, Ticket};
 use crate::results::Status;
 use crate::shared::{Command, Health, Shared};
 use crate::slots::SlotGuard;
@@ -59,11 +65,14 @@ impl Drop for Live {
 pub(crate) struct Keepalive {
     pub(crate) shared: Arc<Shared>,
     pub(crate) conns: Connections,
+    /// The client's renewer, which sends this lease's renewals with the others'.
+    pub(crate) renewer: Renewer,
     pub(crate) commands: mpsc::UnboundedReceiver<Command>,
     /// The client's shutdown token.
     pub(crate) shutdown: CancellationToken,
-    /// Keeps the key reserved in the client until the task has finished with it.
-    pub(crate) slot: Option<SlotGuard>,
+    /// Keeps the key (and, for a slot, its semaphore) reserved in the client until the task has
+    /// finished with it.
+    pub(crate) reservations: Vec<SlotGuard>,
     /// When the grant (or its last confirmed renewal) was sent.
     pub(crate) sent: Instant,
     /// Keeps the task counted as live until it ends (dropped with the task).
@@ -97,33 +106,70 @@ impl Keepalive {
                 Health::Held { valid_until, .. } => valid_until,
                 Health::Ended(reason) => break Exit::Ended(reason),
             };
-            tokio::select! {
+            // The renewal, due at `next`, goes to the client's renewer, which sends it together
+            // with the other leases' due renewals. While it is queued anything may interrupt;
+            // once it is in flight, a release or an end waits for its answer (`settle`), so no
+            // renewal of ours reaches the server after the release.
+            let mut ticket = self.renewer.submit(Arc::clone(&shared), next);
+            let answer = tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => break Exit::Shutdown,
-                command = self.commands.recv() => match command {
-                    Some(Command::Release(reply)) => break Exit::Release(Some(reply)),
-                    None => break Exit::Release(None),
-                },
-                () = shared.token.cancelled() => continue,
-                () = sleep_until(valid_until) => {
-                    shared.end(LostReason::Expired);
+                command = self.commands.recv() => {
+                    let exit = match command {
+                        Some(Command::Release(reply)) => Exit::Release(Some(reply)),
+                        None => Exit::Release(None),
+                    };
+                    if !self.settle(&mut ticket, valid_until).await {
+                        break Exit::Shutdown;
+                    }
+                    break exit;
+                }
+                () = shared.token.cancelled() => {
+                    if !self.settle(&mut ticket, valid_until).await {
+                        break Exit::Shutdown;
+                    }
                     continue;
                 }
-                () = sleep_until(next) => {}
-            }
-
-            // One renewal attempt. A release request waits for it (so no renewal of ours reaches
-            // the server after the release); loss and shutdown interrupt it.
-            let sent = Instant::now();
-            let deadline = valid_until.min(sent + timing.attempt_timeout());
-            let attempt = tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => break Exit::Shutdown,
-                () = shared.token.cancelled() => continue,
-                attempt = renew_once(&self.conns, &shared, deadline) => attempt,
+                () = sleep_until(valid_until) => {
+                    shared.end(LostReason::Expired);
+                    if !self.settle(&mut ticket, valid_until).await {
+                        break Exit::Shutdown;
+                    }
+                    continue;
+                }
+                answer = ticket.answer() => answer,
             };
-            match attempt {
-                Ok((Status::Ok, Some((left, expires_at)))) => {
+            drop(ticket);
+            let answer = match answer {
+                Ok(Outcome::Busy) => {
+                    // Its row is locked by another transaction (a guarded transaction, most
+                    // likely): renew it on its own, waiting for the lock until the deadline.
+                    tracing::debug!(
+                        target: trace::LEASE,
+                        key = shared.key.as_str(),
+                        owner = shared.owner.as_str(),
+                        epoch = shared.epoch,
+                        "lease busy in a batched renewal: renewing it on its own"
+                    );
+                    let sent = Instant::now();
+                    let deadline = valid_until.min(sent + timing.attempt_timeout());
+                    tokio::select! {
+                        biased;
+                        () = self.shutdown.cancelled() => break Exit::Shutdown,
+                        () = shared.token.cancelled() => continue,
+                        answer = renew_once(&self.conns, &shared, deadline) => {
+                            answer.map(|(status, left)| Outcome::Judged { sent, status, left })
+                        }
+                    }
+                }
+                other => other,
+            };
+            match answer {
+                Ok(Outcome::Judged {
+                    sent,
+                    status: Status::Ok,
+                    left: Some((left, expires_at)),
+                }) => {
                     let valid_until = timing.valid_until(sent, left);
                     shared.extend(valid_until, expires_at);
                     next = timing.next_renewal(sent, valid_until);
@@ -151,10 +197,11 @@ impl Keepalive {
                     }
                     failures = 0;
                 }
-                Ok((status, _)) => {
+                Ok(Outcome::Judged { status, .. }) => {
                     let reason = status.lost_reason().unwrap_or(LostReason::Lapsed);
                     shared.end(reason);
                 }
+                Ok(Outcome::Busy) => unreachable!("a busy answer is renewed on its own above"),
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     let retry_in = timing.backoff(failures);
@@ -211,7 +258,7 @@ impl Keepalive {
                 };
                 // Free the key in the client before answering, so that the caller of `release`
                 // can acquire it again at once.
-                drop(self.slot.take());
+                self.reservations.clear();
                 if let Some(reply) = reply {
                     let _ = reply.send(result);
                 }
@@ -238,7 +285,30 @@ impl Keepalive {
             let reason = shared.check().err().unwrap_or(LostReason::Released);
             let _ = reply.send(Err(Error::lease_lost(reason)));
         }
-        drop(self.slot.take());
+        self.reservations.clear();
+    }
+}
+
+impl Keepalive {
+    /// Withdraws `ticket`'s renewal if it is still queued; if it is in flight, waits for its
+    /// answer (bounded by the deadline `valid_until` and the call's own attempt timeout), so that
+    /// it cannot reach the server after what follows (a release). A confirmed renewal is still
+    /// counted. Returns `false` if the client shut down meanwhile.
+    async fn settle(&self, ticket: &mut Ticket, valid_until: Instant) -> bool {
+        if ticket.withdraw() {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => false,
+            () = sleep_until(valid_until) => true,
+            answer = ticket.answer() => {
+                if let Ok(Outcome::Judged { sent, status: Status::Ok, left: Some((left, expires_at)) }) = answer {
+                    self.shared.extend(self.shared.timing.valid_until(sent, left), expires_at);
+                }
+                true
+            }
+        }
     }
 }
 
@@ -276,9 +346,10 @@ fn log_release(shared: &Shared, result: &Result<Status>, reason: LostReason) {
     }
 }
 
-/// One renewal on a pooled connection, bounded by `deadline`. Returns the status and, for `ok`,
-/// the time left and the server expiry. A connection that gave no answer in time is discarded.
-async fn renew_once(
+/// One renewal (`lease.renew`) on a pooled connection, bounded by `deadline`. Returns the status
+/// and, for `ok`, the time left and the server expiry. A connection that gave no answer in time is
+/// discarded.
+pub(crate) async fn renew_once(
     conns: &Connections,
     shared: &Shared,
     deadline: Instant,
@@ -293,6 +364,7 @@ async fn renew_once(
             &shared.owner,
             shared.epoch,
             shared.timing.ttl,
+            None,
         ),
     )
     .await;

@@ -111,6 +111,43 @@ impl Lease {
     /// # }
     /// ```
     pub async fn renew(&self) -> Result<()> {
+        self.renew_with(None).await
+    }
+
+    /// Replaces the lease's data with `data` (what [`Client::inspect`], [`Client::list`] and an
+    /// election's observers read), renewing the lease in the same call (`lease.renew` with data).
+    /// On success [`LeaseGuard::data`](crate::LeaseGuard::data) returns it.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_invalid_input`]: `data` is over
+    ///   [`MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes (client-side, nothing sent), or the
+    ///   server refused it (`22023`).
+    /// - as [`Lease::renew`]: [`Error::is_lease_lost`] if the lease had ended or the server refused
+    ///   the renewal; [`Error::is_connection`] if the outcome is unknown (the data may or may not
+    ///   have been set; the lease is not lost for it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in the sense of [`Lease::renew`]; whether the data was set is then unknown.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: &pglease::Lease) -> pglease::Result<()> {
+    /// lease.set_data("10.0.0.7:8080").await?;
+    /// assert_eq!(lease.data().as_deref(), Some("10.0.0.7:8080"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_data(&self, data: impl Into<String>) -> Result<()> {
+        let data = data.into();
+        crate::client::check_data(&data)?;
+        self.renew_with(Some(data)).await
+    }
+
+    /// [`Lease::renew`], replacing the data when `data` is `Some`.
+    async fn renew_with(&self, data: Option<String>) -> Result<()> {
         self.shared.check().map_err(Error::lease_lost)?;
         let timing = self.shared.timing;
         let conn = self.conns.get().await?;
@@ -122,6 +159,7 @@ impl Lease {
             &self.shared.owner,
             self.shared.epoch,
             timing.ttl,
+            data.as_deref(),
         )
         .await?;
         match (renewal.status.lost_reason(), renewal.expires_at) {
@@ -129,6 +167,9 @@ impl Lease {
                 let remaining = remaining.unwrap_or(Duration::ZERO);
                 self.shared
                     .extend(timing.valid_until(sent, remaining), expires_at);
+                if let Some(data) = data {
+                    self.shared.set_data(data);
+                }
                 tracing::debug!(
                     target: trace::LEASE,
                     key = self.key(),

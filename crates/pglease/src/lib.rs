@@ -7,12 +7,15 @@
 //!
 //! # Layers
 //!
-//! - **The client** ([`Client`], [`Lease`], [`Election`], [`Fence`]): leases with a keepalive,
-//!   prompt and reliable loss detection ([`Lease::lost`](crate::LeaseGuard::lost)), waits that hold no pooled connection,
-//!   fencing inside the database, and leader election. Built on tokio-postgres and a
+//! - **The client** ([`Client`], [`Lease`], [`Semaphore`], [`Election`], [`Fence`]): leases with a
+//!   keepalive (renewals of all leases batched into one call), prompt and reliable loss detection
+//!   ([`Lease::lost`](crate::LeaseGuard::lost)), waits that hold no pooled connection, lease data
+//!   ([`AcquireBuilder::data`], [`Lease::set_data`]), semaphores of N holders, fencing inside the
+//!   database, and leader election with watching observers. Built on tokio-postgres and a
 //!   deadpool-postgres pool.
-//! - **Calls** ([`acquire`], [`renew`], [`release`], [`inspect`], [`list`], [`purge`],
-//!   [`register_waiter`], [`fence()`]): one async function per SQL function, generic over
+//! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`inspect`], [`list`],
+//!   [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`], [`list_slots`],
+//!   [`register_slot_waiter`], [`fence()`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
@@ -94,7 +97,8 @@ mod pooled;
 mod results;
 mod rows;
 
-// The client: its builder, the acquire attempt, waiting, per-key slots, retrying, owner identity.
+// The client: its builder, the acquire attempt (and acquires with options), waiting, per-key slots, retrying, owner identity.
+mod acquire;
 mod builder;
 mod client;
 mod identity;
@@ -108,6 +112,7 @@ mod guard;
 mod keepalive;
 mod lease;
 mod lost;
+mod renewer;
 mod shared;
 mod timing;
 
@@ -118,12 +123,15 @@ mod fence;
 mod install;
 pub mod limits;
 mod listener;
+mod semaphore;
 pub mod sqlstate;
 mod trace;
 
+pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    MAX_DURATION, acquire, fence, inspect, list, purge, register_waiter, release, renew,
+    MAX_DURATION, acquire, acquire_slot, fence, inspect, list, list_slots, purge,
+    register_slot_waiter, register_waiter, release, renew, renew_many, slot_key, watch,
 };
 pub use client::Client;
 pub use election::{Election, Leader, LeaderStream};
@@ -138,7 +146,11 @@ pub use identity::hostname;
 pub use install::{Installed, Via, check_version, create_extension, install, installed};
 pub use lease::Lease;
 pub use lost::LostReason;
-pub use results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
+pub use results::{
+    Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status,
+    Waiter, Watched,
+};
+pub use semaphore::Semaphore;
 
 /// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
 pub use deadpool_postgres;

@@ -12,6 +12,10 @@
 //! | list prefix | at most [`MAX_NAME_BYTES`] bytes |
 //! | ttl | (0, [`MAX_INTERVAL`]]: above zero, at most 365 days |
 //! | wait, purge age (`older_than`) | [0, [`MAX_INTERVAL`]]: zero to 365 days |
+//! | lease data | at most [`MAX_DATA_BYTES`] bytes of text (8 KiB) |
+//! | semaphore name | [`MIN_NAME_BYTES`]..=[`MAX_SEMAPHORE_BYTES`] bytes (1 to 1018, so slot keys fit) |
+//! | semaphore `max_holders`, slot number | 1..=[`MAX_HOLDERS`] (10 000) |
+//! | `renew_many` pairs | at most [`MAX_RENEW_MANY`] (100 000) per call |
 //!
 //! # Examples
 //!
@@ -56,6 +60,45 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// ```
 pub const MAX_INTERVAL: Duration = Duration::from_secs(MAX_INTERVAL_DAYS * SECONDS_PER_DAY);
 
+/// The largest lease data, in bytes of text (UTF-8, byte for byte): 8 KiB.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::limits::MAX_DATA_BYTES, 8192);
+/// ```
+pub const MAX_DATA_BYTES: usize = 8192;
+
+/// The longest semaphore name, in bytes: the slot keys `name#1` .. `name#10000` must stay within
+/// [`MAX_NAME_BYTES`].
+///
+/// # Examples
+///
+/// ```
+/// use pglease::limits;
+/// assert_eq!(limits::MAX_SEMAPHORE_BYTES + "#10000".len(), limits::MAX_NAME_BYTES);
+/// ```
+pub const MAX_SEMAPHORE_BYTES: usize = 1018;
+
+/// The largest `max_holders` of a semaphore (and so the largest slot number).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::limits::MAX_HOLDERS, 10_000);
+/// ```
+pub const MAX_HOLDERS: u32 = 10_000;
+
+/// The most (key, epoch) pairs one `lease.renew_many` call takes; the client splits larger
+/// batches.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::limits::MAX_RENEW_MANY, 100_000);
+/// ```
+pub const MAX_RENEW_MANY: usize = 100_000;
+
 /// [`MAX_INTERVAL`] in days, as the SQL spells it (`interval '365 days'`).
 const MAX_INTERVAL_DAYS: u64 = 365;
 const SECONDS_PER_DAY: u64 = 86_400;
@@ -73,6 +116,32 @@ const SECONDS_PER_DAY: u64 = 86_400;
 /// ```
 pub const fn is_valid_name(name: &str) -> bool {
     name.len() >= MIN_NAME_BYTES && name.len() <= MAX_NAME_BYTES
+}
+
+/// Whether `data` is valid lease data: at most [`MAX_DATA_BYTES`] bytes.
+///
+/// # Examples
+///
+/// ```
+/// use pglease::limits;
+/// assert!(limits::is_valid_data("10.0.0.7:8080"));
+/// assert!(!limits::is_valid_data(&"x".repeat(limits::MAX_DATA_BYTES + 1)));
+/// ```
+pub const fn is_valid_data(data: &str) -> bool {
+    data.len() <= MAX_DATA_BYTES
+}
+
+/// Whether `name` is a valid semaphore name: [`MIN_NAME_BYTES`] to [`MAX_SEMAPHORE_BYTES`] bytes.
+///
+/// # Examples
+///
+/// ```
+/// use pglease::limits;
+/// assert!(limits::is_valid_semaphore("report-runners"));
+/// assert!(!limits::is_valid_semaphore(""));
+/// ```
+pub const fn is_valid_semaphore(name: &str) -> bool {
+    name.len() >= MIN_NAME_BYTES && name.len() <= MAX_SEMAPHORE_BYTES
 }
 
 #[cfg(test)]
@@ -188,19 +257,38 @@ mod tests {
     #[test]
     fn sql_and_table_agree_on_the_limits() {
         let (lengths, seconds) = bounds(&current_sql());
-        let names = BTreeSet::from([MIN_NAME_BYTES as u64, MAX_NAME_BYTES as u64]);
-        assert!(
-            lengths.contains(&(MAX_NAME_BYTES as u64)),
-            "found no length bound in the extension SQL"
-        );
+        let names = BTreeSet::from([
+            MIN_NAME_BYTES as u64,
+            MAX_NAME_BYTES as u64,
+            MAX_SEMAPHORE_BYTES as u64,
+            MAX_DATA_BYTES as u64,
+        ]);
+        for bound in [MAX_NAME_BYTES, MAX_SEMAPHORE_BYTES, MAX_DATA_BYTES] {
+            assert!(
+                lengths.contains(&(bound as u64)),
+                "found no length bound {bound} in the extension SQL"
+            );
+        }
         assert!(
             lengths.is_subset(&names),
             "extension SQL length bounds {lengths:?} vs limits {names:?}"
         );
+        // Every other bound is a duration in seconds or a count: max_holders, renew_many pairs, or
+        // `> 1` (one-dimensional arrays, distinct keys).
+        let counts = BTreeSet::from([u64::from(MAX_HOLDERS), MAX_RENEW_MANY as u64]);
+        let durations: BTreeSet<u64> = seconds
+            .difference(&counts)
+            .copied()
+            .filter(|&n| n != 1)
+            .collect();
         assert_eq!(
-            seconds,
+            durations,
             BTreeSet::from([MAX_INTERVAL.as_secs()]),
             "extension SQL duration bounds (seconds) vs limits::MAX_INTERVAL"
+        );
+        assert!(
+            counts.is_subset(&seconds),
+            "extension SQL count bounds {seconds:?} vs limits {counts:?}"
         );
     }
 

@@ -14,20 +14,20 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_util::sync::CancellationToken;
 
-use crate::calls::{RELEASE, micros};
+use crate::calls::{ACQUIRE_SLOT, RELEASE, RENEW_MANY, micros};
 use crate::error::{Error, Result};
-use crate::results::{Renewal, Status};
+use crate::results::{Renewal, SlotGrant, Status};
 use crate::rows::{self, TimedGrant, one_row};
 
 /// As ACQUIRE, plus the time left until the returned expiry, read on the server clock *after* the
 /// call ran (so it never overstates what is left).
 const ACQUIRE_TIMED: &str = "SELECT a.acquired, a.epoch, a.expires_at, \
      floor(extract(epoch FROM a.expires_at - clock_timestamp()) * 1000000)::bigint \
-     FROM lease.acquire($1, $2, $3::bigint * interval '1 microsecond') AS a";
+     FROM lease.acquire($1, $2, $3::bigint * interval '1 microsecond', interval '0', $4) AS a";
 /// As RENEW, plus the time left (see ACQUIRE_TIMED).
 const RENEW_TIMED: &str = "SELECT r.status, r.expires_at, \
      floor(extract(epoch FROM r.expires_at - clock_timestamp()) * 1000000)::bigint \
-     FROM lease.renew($1, $2, $3, $4::bigint * interval '1 microsecond') AS r";
+     FROM lease.renew($1, $2, $3, $4::bigint * interval '1 microsecond', $5) AS r";
 
 /// How the pooled connections of a [`Client`](crate::Client) send the library's statements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,14 +147,16 @@ pub(crate) async fn release(
     rows::status(&one_row(rows, CALL)?, CALL)
 }
 
-/// [`crate::acquire`] without waiting, also reporting the time left on the grant (for a fresh
-/// grant about `ttl`; for a grant the owner already held, what is left of it).
+/// [`crate::acquire`] without waiting, with `data` (`None`: none), also reporting the time left on
+/// the grant (for a fresh grant about `ttl`; for a grant the owner already held, what is left of
+/// it).
 pub(crate) async fn acquire_timed(
     conn: &ClientWrapper,
     how: Statements,
     key: &str,
     owner: &str,
     ttl: Duration,
+    data: Option<&str>,
 ) -> Result<Option<TimedGrant>> {
     const CALL: &str = "lease.acquire";
     let ttl = micros(ttl);
@@ -162,13 +164,19 @@ pub(crate) async fn acquire_timed(
         conn,
         how,
         ACQUIRE_TIMED,
-        &[(&key, Type::TEXT), (&owner, Type::TEXT), (&ttl, Type::INT8)],
+        &[
+            (&key, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&ttl, Type::INT8),
+            (&data, Type::TEXT),
+        ],
     )
     .await?;
     rows::timed_grant(&one_row(rows, CALL)?, CALL)
 }
 
-/// [`crate::renew`], also reporting the time left on the renewed lease (`None` unless `ok`).
+/// [`crate::renew`], replacing the data with `data` (`None` keeps it), also reporting the time left
+/// on the renewed lease (`None` unless `ok`).
 pub(crate) async fn renew_timed(
     conn: &ClientWrapper,
     how: Statements,
@@ -176,6 +184,7 @@ pub(crate) async fn renew_timed(
     owner: &str,
     epoch: i64,
     ttl: Duration,
+    data: Option<&str>,
 ) -> Result<(Renewal, Option<Duration>)> {
     const CALL: &str = "lease.renew";
     let ttl = micros(ttl);
@@ -188,8 +197,69 @@ pub(crate) async fn renew_timed(
             (&owner, Type::TEXT),
             (&epoch, Type::INT8),
             (&ttl, Type::INT8),
+            (&data, Type::TEXT),
         ],
     )
     .await?;
     rows::timed_renewal(&one_row(rows, CALL)?, CALL)
+}
+
+/// [`crate::acquire_slot`] on a pooled connection, also reporting the time left on the grant.
+pub(crate) async fn acquire_slot_timed(
+    conn: &ClientWrapper,
+    how: Statements,
+    semaphore: &str,
+    owner: &str,
+    ttl: Duration,
+    max_holders: u32,
+    data: Option<&str>,
+) -> Result<Option<(SlotGrant, Duration)>> {
+    const CALL: &str = "lease.acquire_slot";
+    let ttl = micros(ttl);
+    let max = i32::try_from(max_holders).unwrap_or(i32::MAX);
+    let rows = query(
+        conn,
+        how,
+        ACQUIRE_SLOT,
+        &[
+            (&semaphore, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&ttl, Type::INT8),
+            (&max, Type::INT4),
+            (&data, Type::TEXT),
+        ],
+    )
+    .await?;
+    rows::timed_slot_grant(&one_row(rows, CALL)?, CALL)
+}
+
+pub(crate) use crate::rows::TimedKeyRenewal;
+
+/// [`crate::renew_many`] on a pooled connection, also reporting the time left on each renewed
+/// lease.
+pub(crate) async fn renew_many_timed(
+    conn: &ClientWrapper,
+    how: Statements,
+    owner: &str,
+    keys: &[&str],
+    epochs: &[i64],
+    ttl: Duration,
+) -> Result<Vec<TimedKeyRenewal>> {
+    const CALL: &str = "lease.renew_many";
+    let ttl = micros(ttl);
+    let rows = query(
+        conn,
+        how,
+        RENEW_MANY,
+        &[
+            (&owner, Type::TEXT),
+            (&keys, Type::TEXT_ARRAY),
+            (&epochs, Type::INT8_ARRAY),
+            (&ttl, Type::INT8),
+        ],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| rows::timed_key_renewal(row, CALL))
+        .collect()
 }

@@ -181,9 +181,14 @@ pub struct LeaseState {
     pub epoch: i64,
     /// The holder's expiry: `Some` exactly when `held`.
     pub expires_at: Option<SystemTime>,
+    /// The holder's data (at most [`MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes of
+    /// text), as set by its acquire or its last renewal with data: `None` when not held or when
+    /// the holder set none. Never part of the lease's logic.
+    pub data: Option<String>,
 }
 
-/// One row of [`list`](crate::list): a key and its state.
+/// One row of [`list`](crate::list): a key and its state (its data in
+/// [`LeaseState::data`]).
 ///
 /// # Examples
 ///
@@ -201,6 +206,29 @@ pub struct ListedLease {
     pub key: String,
     /// Its state, with the same meaning as [`inspect`](crate::inspect)'s.
     pub state: LeaseState,
+}
+
+/// The answer of [`watch`](crate::watch): the key's state as [`inspect`](crate::inspect) reports
+/// it, and when the holder's lease lapses.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// db.batch_execute("LISTEN pg_lease_changed").await?;
+/// let watched = pglease::watch(db, "scheduler").await?;
+/// println!("held={} data={:?} lapses in {:?}", watched.state.held, watched.state.data, watched.lapses_in);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Watched {
+    /// The key's state now (a key never leased reports a free state at the epoch floor).
+    pub state: LeaseState,
+    /// How long until the holder's lease lapses, on the server clock when the call ran (rounded
+    /// up to whole microseconds): `Some` exactly when held. A lapse sends no notification: wake
+    /// up then.
+    pub lapses_in: Option<Duration>,
 }
 
 /// The answer of [`register_waiter`](crate::register_waiter): the holder the waiter waits for, and
@@ -231,6 +259,103 @@ pub struct Waiter {
     /// How long until the holder's lease lapses, measured on the server clock when the call ran
     /// (rounded up to whole microseconds): `Some` exactly when `held`.
     pub lapses_in: Option<Duration>,
+}
+
+/// A slot of a semaphore granted by [`acquire_slot`](crate::acquire_slot): which slot, its lease
+/// key, and the grant on that key.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+/// let ttl = Duration::from_secs(30);
+/// if let Some(s) = pglease::acquire_slot(db, "runners", "worker-a1", ttl, 3, None).await? {
+///     println!("slot {} ({}) at epoch {}", s.slot, s.key, s.grant.epoch);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SlotGrant {
+    /// The slot number, in `1..=max_holders`.
+    pub slot: u32,
+    /// The slot's lease key, `name#slot` ([`slot_key`](crate::slot_key)): renew, release and fence
+    /// it like any key.
+    pub key: String,
+    /// The grant on that key (its epoch fences exactly this grant).
+    pub grant: Grant,
+}
+
+/// One slot of a semaphore, from [`list_slots`](crate::list_slots): its number, key and state.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// for s in pglease::list_slots(db, "runners").await? {
+///     println!("slot {}: held={} by {:?} data {:?}", s.slot, s.state.held, s.state.owner, s.state.data);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SlotState {
+    /// The slot number.
+    pub slot: u32,
+    /// The slot's lease key, `name#slot`.
+    pub key: String,
+    /// Its state, with the same meaning as [`inspect`](crate::inspect)'s.
+    pub state: LeaseState,
+}
+
+/// The answer of [`register_slot_waiter`](crate::register_slot_waiter): how many slots of the
+/// semaphore are held, and when the first of them lapses.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// db.batch_execute("LISTEN pg_lease_released").await?;
+/// let w = pglease::register_slot_waiter(db, "runners").await?;
+/// println!("{} holders; the first lapses in {:?}", w.holders, w.lapses_in);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotWaiter {
+    /// How many slots are held now.
+    pub holders: u32,
+    /// How long until the first held slot lapses, on the server clock when the call ran: `None`
+    /// when no slot is held.
+    pub lapses_in: Option<Duration>,
+}
+
+/// One pair's answer from [`renew_many`](crate::renew_many): the key and its renewal, judged as
+/// [`renew`](crate::renew) would, or `None` when the key was **busy** (its row locked by another
+/// transaction, e.g. a [`fence`](crate::fence()) in progress): not judged and not renewed; renew it
+/// on its own.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let ttl = std::time::Duration::from_secs(30);
+/// for r in pglease::renew_many(db, "worker-a1", &[("job-1", 7), ("job-2", 9)], ttl).await? {
+///     match r.renewal {
+///         Some(renewal) => println!("{}: {}", r.key, renewal.status),
+///         None => println!("{}: busy, renew it on its own", r.key),
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyRenewal {
+    /// The key of the pair.
+    pub key: String,
+    /// Its renewal, or `None` if it was busy.
+    pub renewal: Option<Renewal>,
 }
 
 #[cfg(test)]

@@ -9,7 +9,10 @@ use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
 use crate::error::{Error, Result};
-use crate::results::{Grant, LeaseState, ListedLease, Renewal, Status, Waiter};
+use crate::results::{
+    Grant, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status, Waiter,
+    Watched,
+};
 
 /// A grant together with the time left on it, measured on the server clock after the call.
 #[derive(Debug, Clone, Copy)]
@@ -17,6 +20,10 @@ pub(crate) struct TimedGrant {
     pub(crate) grant: Grant,
     pub(crate) remaining: Duration,
 }
+
+/// One pair's answer of renew_many: the key and, unless busy, its renewal with the time left on
+/// it (when `ok`).
+pub(crate) type TimedKeyRenewal = (String, Option<(Renewal, Option<Duration>)>);
 
 /// The only row of `rows`.
 pub(crate) fn one_row(rows: Vec<Row>, call: &str) -> Result<Row> {
@@ -89,10 +96,25 @@ pub(crate) fn renewal(row: &Row, call: &str) -> Result<Renewal> {
     Ok(Renewal { status, expires_at })
 }
 
-/// `(status, expires_at, remaining µs)`: a [`renewal`] and, when `ok`, the time left on it.
+/// `(status, expires_at, remaining µs)` (from column `first`): a [`renewal`] and, when `ok`, the
+/// time left on it.
 pub(crate) fn timed_renewal(row: &Row, call: &str) -> Result<(Renewal, Option<Duration>)> {
-    let renewal = renewal(row, call)?;
-    let remaining: Option<i64> = get(row, 2, call)?;
+    timed_renewal_at(row, 0, call)
+}
+
+fn timed_renewal_at(row: &Row, first: usize, call: &str) -> Result<(Renewal, Option<Duration>)> {
+    let s: Option<&str> = get(row, first, call)?;
+    let status: Status = s
+        .ok_or_else(|| Error::protocol(format!("{call} returned a NULL status")))?
+        .parse()?;
+    let expires_at: Option<SystemTime> = get(row, first + 1, call)?;
+    if status.is_ok() != expires_at.is_some() {
+        return Err(Error::protocol(format!(
+            "{call} returned status {status} with expires_at {expires_at:?}"
+        )));
+    }
+    let renewal = Renewal { status, expires_at };
+    let remaining: Option<i64> = get(row, first + 2, call)?;
     if renewal.expires_at.is_some() != remaining.is_some() {
         return Err(Error::protocol(format!(
             "{call} returned status {} with expires_at {:?}",
@@ -102,27 +124,50 @@ pub(crate) fn timed_renewal(row: &Row, call: &str) -> Result<(Renewal, Option<Du
     Ok((renewal, remaining.map(micros)))
 }
 
-/// Columns `first..first + 4`, `(held, owner, epoch, expires_at)`: a [`LeaseState`], with an owner
-/// and an expiry exactly when held.
+/// Columns `first..first + 5`, `(held, owner, epoch, expires_at, data)`: a [`LeaseState`], with
+/// an owner and an expiry exactly when held, and data only when held.
 pub(crate) fn lease_state(row: &Row, first: usize, call: &str) -> Result<LeaseState> {
     let held: Option<bool> = get(row, first, call)?;
     let owner: Option<String> = get(row, first + 1, call)?;
     let epoch: Option<i64> = get(row, first + 2, call)?;
     let expires_at: Option<SystemTime> = get(row, first + 3, call)?;
+    let data: Option<String> = get(row, first + 4, call)?;
     match (held, epoch) {
-        (Some(held), Some(epoch)) if held == owner.is_some() && held == expires_at.is_some() => {
+        (Some(held), Some(epoch))
+            if held == owner.is_some()
+                && held == expires_at.is_some()
+                && (held || data.is_none()) =>
+        {
             Ok(LeaseState {
                 held,
                 owner,
                 epoch,
                 expires_at,
+                data,
             })
         }
         _ => Err(Error::protocol(format!(
-            "{call} returned (held, owner, epoch, expires_at) = \
-             ({held:?}, {owner:?}, {epoch:?}, {expires_at:?})"
+            "{call} returned (held, owner, epoch, expires_at, data) = \
+             ({held:?}, {owner:?}, {epoch:?}, {expires_at:?}, {data:?})"
         ))),
     }
+}
+
+/// `(held, owner, epoch, expires_at, data, lapses_in µs)`: a [`Watched`], lapses_in `Some`
+/// exactly when held.
+pub(crate) fn watched(row: &Row, call: &str) -> Result<Watched> {
+    let state = lease_state(row, 0, call)?;
+    let lapses_in: Option<i64> = get(row, 5, call)?;
+    if state.held != lapses_in.is_some() {
+        return Err(Error::protocol(format!(
+            "{call} returned held = {} with lapses_in {lapses_in:?}",
+            state.held
+        )));
+    }
+    Ok(Watched {
+        state,
+        lapses_in: lapses_in.map(micros),
+    })
 }
 
 /// `(key, held, owner, epoch, expires_at)`: a [`ListedLease`].
@@ -179,4 +224,81 @@ pub(crate) fn count(row: &Row, call: &str) -> Result<u64> {
     let n: Option<i64> = get(row, 0, call)?;
     n.and_then(|n| u64::try_from(n).ok())
         .ok_or_else(|| Error::protocol(format!("{call} returned {n:?}")))
+}
+
+/// A slot number from the server (1..=10000) as `u32`.
+fn slot_number(n: i32, call: &str) -> Result<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| Error::protocol(format!("{call} returned slot {n}")))
+}
+
+/// `(acquired, slot, key, epoch, expires_at, remaining µs)`: a [`SlotGrant`] with the time left
+/// on it, or `None` when refused (every other column NULL).
+pub(crate) fn timed_slot_grant(row: &Row, call: &str) -> Result<Option<(SlotGrant, Duration)>> {
+    let acquired: Option<bool> = get(row, 0, call)?;
+    let slot: Option<i32> = get(row, 1, call)?;
+    let key: Option<String> = get(row, 2, call)?;
+    let epoch: Option<i64> = get(row, 3, call)?;
+    let expires_at: Option<SystemTime> = get(row, 4, call)?;
+    let remaining: Option<i64> = get(row, 5, call)?;
+    match (acquired, slot, key, epoch, expires_at, remaining) {
+        (Some(true), Some(slot), Some(key), Some(epoch), Some(expires_at), Some(remaining)) => {
+            Ok(Some((
+                SlotGrant {
+                    slot: slot_number(slot, call)?,
+                    key,
+                    grant: Grant { epoch, expires_at },
+                },
+                micros(remaining),
+            )))
+        }
+        (Some(false), None, None, None, None, None) => Ok(None),
+        other => Err(Error::protocol(format!(
+            "{call} returned (acquired, slot, key, epoch, expires_at, remaining) = {other:?}"
+        ))),
+    }
+}
+
+/// `(slot, key, held, owner, epoch, expires_at, data)`: a [`SlotState`].
+pub(crate) fn slot_state(row: &Row, call: &str) -> Result<SlotState> {
+    let slot: i32 = get(row, 0, call)?;
+    Ok(SlotState {
+        slot: slot_number(slot, call)?,
+        key: get(row, 1, call)?,
+        state: lease_state(row, 2, call)?,
+    })
+}
+
+/// `(holders, lapses_in µs)`: a [`SlotWaiter`], lapses_in `Some` exactly when a slot is held.
+pub(crate) fn slot_waiter(row: &Row, call: &str) -> Result<SlotWaiter> {
+    let holders: Option<i32> = get(row, 0, call)?;
+    let lapses_in: Option<i64> = get(row, 1, call)?;
+    match holders.and_then(|n| u32::try_from(n).ok()) {
+        Some(holders) if (holders > 0) == lapses_in.is_some() => Ok(SlotWaiter {
+            holders,
+            lapses_in: lapses_in.map(micros),
+        }),
+        _ => Err(Error::protocol(format!(
+            "{call} returned (holders, lapses_in) = ({holders:?}, {lapses_in:?})"
+        ))),
+    }
+}
+
+/// `(key, status, expires_at, remaining µs)` of renew_many: the key and, unless `busy`, its
+/// renewal with the time left on it (when `ok`).
+pub(crate) fn timed_key_renewal(row: &Row, call: &str) -> Result<TimedKeyRenewal> {
+    let key: String = get(row, 0, call)?;
+    let s: Option<&str> = get(row, 1, call)?;
+    if s == Some("busy") {
+        let expires_at: Option<SystemTime> = get(row, 2, call)?;
+        if expires_at.is_some() {
+            return Err(Error::protocol(format!(
+                "{call} returned busy with an expiry"
+            )));
+        }
+        return Ok((key, None));
+    }
+    Ok((key, Some(timed_renewal_at(row, 1, call)?)))
 }

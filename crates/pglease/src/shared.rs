@@ -11,6 +11,7 @@
 //! expiry and hence before anyone else can be granted the key (see `docs/CLIENT.md`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use tokio::sync::{oneshot, watch};
@@ -49,6 +50,11 @@ pub(crate) struct Shared {
     pub(crate) token: CancellationToken,
     /// Whether the lease is an election's leadership (its loss is also logged as such).
     leadership: AtomicBool,
+    /// The slot number, for a semaphore's slot (the key is then the slot key `name#slot`).
+    pub(crate) slot: Option<u32>,
+    /// The data the server last confirmed for this grant (set by the acquire, replaced by a
+    /// renewal with data).
+    data: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -73,7 +79,34 @@ impl Shared {
             health,
             token,
             leadership: AtomicBool::new(false),
+            slot: None,
+            data: Mutex::new(None),
         }
+    }
+
+    /// The same state, for slot `slot` of a semaphore (`None`: a plain key).
+    pub(crate) fn with_slot(mut self, slot: Option<u32>) -> Shared {
+        self.slot = slot;
+        self
+    }
+
+    /// The same state, with the data the grant was made with.
+    pub(crate) fn with_data(self, data: Option<String>) -> Shared {
+        *self.data.lock().unwrap_or_else(PoisonError::into_inner) = data;
+        self
+    }
+
+    /// The data the server last confirmed for this grant.
+    pub(crate) fn data(&self) -> Option<String> {
+        self.data
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records data the server confirmed (a renewal with data answered `ok`).
+    pub(crate) fn set_data(&self, data: String) {
+        *self.data.lock().unwrap_or_else(PoisonError::into_inner) = Some(data);
     }
 
     /// Marks the lease as an election's leadership ([`crate::Election::campaign`]).

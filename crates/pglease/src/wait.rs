@@ -1,11 +1,14 @@
 //! Waiting for a key without polling and without holding a pooled connection: [`Waits`], the one
-//! interface through which the client's blocking calls wait ([`crate::Client::acquire`], the
-//! observer of [`crate::Election::observe`], and whatever else waits for a key's release).
+//! interface through which the client's blocking calls wait ([`crate::Client::acquire`],
+//! [`crate::Semaphore::acquire`], the observer of [`crate::Election::observe`], and whatever else
+//! waits for a key's release or change).
 //!
-//! A wait subscribes to the key's releases on the client's shared `LISTEN` connection first, then
-//! registers as a waiter (`lease.register_waiter`, which also reports the holder's lapse time as
-//! the server measures it), and sleeps until the release notification, the lapse, or its
-//! [`Deadline`]. Without a listening connection (pooler mode, or while it is down) it sleeps until
+//! A wait for a key ([`Awaited::Key`]) subscribes to the key's releases on the client's shared
+//! `LISTEN` connection first, then registers as a waiter (`lease.register_waiter`, which also
+//! reports the holder's lapse time as the server measures it), and sleeps until the release
+//! notification, the lapse, or its [`Deadline`]. A wait for a semaphore's slot
+//! ([`Awaited::Semaphore`]) does the same with the releases of any of its slots and
+//! `lease.register_slot_waiter` (the first lapse among the holders). Without a listening connection (pooler mode, or while it is down) it sleeps until
 //! the lapse, at most `poll_cap` at a time. Transient errors are retried with backoff until the
 //! deadline.
 //!
@@ -22,9 +25,9 @@ use tracing::Instrument;
 
 use crate::calls;
 use crate::error::{Error, Result};
-use crate::listener::{Listener, Subscription};
+use crate::listener::{Listener, Subscription, Topic};
 use crate::pooled::Connections;
-use crate::results::Waiter;
+use crate::results::{Waiter, Watched};
 use crate::retry;
 use crate::trace;
 
@@ -73,6 +76,26 @@ impl Deadline {
 /// The timeout error of a wait for `what` (e.g. "acquire of key \"k\"").
 pub(crate) fn ran_out(what: &str) -> Error {
     Error::timeout(format!("{what}: the wait ran out"))
+}
+
+/// What a waiting call waits for: a key's holder to go, or a slot of a semaphore to free up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Awaited<'a> {
+    /// The key (its holder's release or lapse).
+    Key(&'a str),
+    /// A slot of the semaphore `name` (any holder's release or lapse, or fewer than
+    /// `max_holders` holders).
+    Semaphore { name: &'a str, max_holders: u32 },
+}
+
+impl<'a> Awaited<'a> {
+    /// The key or semaphore name (the `key` field of every event).
+    pub(crate) fn name(self) -> &'a str {
+        match self {
+            Awaited::Key(key) => key,
+            Awaited::Semaphore { name, .. } => name,
+        }
+    }
 }
 
 /// One attempt of a call that waits its turn: done, or refused because another owner holds the
@@ -130,7 +153,7 @@ impl Waits {
     pub(crate) async fn retry_until<T, F, Fut>(
         &self,
         what: &str,
-        key: &str,
+        awaited: Awaited<'_>,
         deadline: Deadline,
         mut attempt: F,
     ) -> Result<T>
@@ -138,6 +161,7 @@ impl Waits {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>>>,
     {
+        let key = awaited.name();
         let mut failures = 0u32;
         loop {
             self.conns.check_open()?;
@@ -147,7 +171,12 @@ impl Waits {
                     if deadline.passed() {
                         return Err(self.ran_out(what, key));
                     }
-                    self.wait_for_turn(key, deadline).await
+                    match awaited {
+                        Awaited::Key(key) => self.wait_for_turn(key, deadline).await,
+                        Awaited::Semaphore { name, max_holders } => {
+                            self.wait_for_slot(name, max_holders, deadline).await
+                        }
+                    }
                 }
                 Err(e) => Err(e),
             };
@@ -214,6 +243,72 @@ impl Waits {
         .await
     }
 
+    /// Waits (without a pooled connection) until a slot of semaphore `name` may be free: a
+    /// holder released, the first holder's lapse, or the deadline. Returns at once if fewer than
+    /// `max_holders` slots are held.
+    pub(crate) async fn wait_for_slot(
+        &self,
+        name: &str,
+        max_holders: u32,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let span = tracing::debug_span!(
+            target: trace::WAIT,
+            "wait",
+            key = name,
+            owner = self.owner.as_str(),
+        );
+        async {
+            let subscription = self
+                .subscribe(Topic::SlotReleased(name.to_owned()), deadline)
+                .await;
+            let conn = self.conns.get().await?;
+            let waiter = calls::register_slot_waiter(&**conn, name).await?;
+            drop(conn);
+            let lapses_in = match waiter.lapses_in {
+                Some(lapses_in) if waiter.holders >= max_holders => lapses_in,
+                _ => {
+                    tracing::debug!(
+                        target: trace::WAIT,
+                        key = name,
+                        owner = self.owner.as_str(),
+                        holders = waiter.holders,
+                        "a slot is free: trying again"
+                    );
+                    return Ok(());
+                }
+            };
+            tracing::debug!(
+                target: trace::WAIT,
+                key = name,
+                owner = self.owner.as_str(),
+                holders = waiter.holders,
+                lapses_in = ?trace::ms(lapses_in),
+                listening = subscription.is_some(),
+                "waiting for a slot"
+            );
+            self.sleep_until_released(name, subscription.as_ref(), lapses_in, deadline)
+                .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Subscribes to the changes of `key` (if the listening connection comes up in time), then
+    /// watches it (`lease.watch`): its state now, and when its holder lapses.
+    pub(crate) async fn watch_changes(
+        &self,
+        key: &str,
+        deadline: Deadline,
+    ) -> Result<(Option<Subscription>, Watched)> {
+        let subscription = self
+            .subscribe(Topic::Changed(key.to_owned()), deadline)
+            .await;
+        let conn = self.conns.get().await?;
+        let watched = calls::watch(&**conn, key).await?;
+        Ok((subscription, watched))
+    }
+
     /// [`ran_out`], logged.
     fn ran_out(&self, what: &str, key: &str) -> Error {
         tracing::debug!(
@@ -232,18 +327,20 @@ impl Waits {
         key: &str,
         deadline: Deadline,
     ) -> Result<(Option<Subscription>, Waiter)> {
-        let subscription = self.subscribe(key, deadline).await;
+        let subscription = self
+            .subscribe(Topic::Released(key.to_owned()), deadline)
+            .await;
         let conn = self.conns.get().await?;
         let waiter = calls::register_waiter(&**conn, key).await?;
         Ok((subscription, waiter))
     }
 
-    /// Subscribes to releases of `key` on the listening connection, if this client has one and
-    /// it comes up in time.
-    async fn subscribe(&self, key: &str, deadline: Deadline) -> Option<Subscription> {
+    /// Subscribes to `topic` on the listening connection, if this client has one and it comes up
+    /// in time.
+    async fn subscribe(&self, topic: Topic, deadline: Deadline) -> Option<Subscription> {
         let listener = self.listener.as_ref()?;
         let ready_by = deadline.cap(Instant::now() + LISTEN_READY_TIMEOUT);
-        listener.subscribe(key, ready_by).await
+        listener.subscribe(topic, ready_by).await
     }
 
     /// Sleeps until `subscription` reports a release, `lapses_in` (server-measured) has passed,

@@ -38,6 +38,7 @@ impl Candidate {
                 let leader = Leader {
                     owner: leadership.owner().to_owned(),
                     epoch: leadership.epoch(),
+                    data: None,
                 };
                 let _ = won.send((index, leader));
                 // Lead until killed.

@@ -4,10 +4,13 @@
 mod adopt;
 mod api;
 mod common;
+mod data;
 mod election;
 mod fence;
 mod keepalive;
 mod loss;
 mod observability;
 mod pooler;
+mod renew_many;
+mod semaphore;
 mod waiting;
