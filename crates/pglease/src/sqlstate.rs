@@ -80,17 +80,6 @@ pub const FENCE_LAPSED: &str = "LE002";
 /// ```
 pub const FENCE_EPOCH_MISMATCH: &str = "LE003";
 
-/// `LE900`: internal to `lease.renew_many` — its one-statement fast path gives up (a row it would
-/// have to wait for, a pair to check, a row changed under it) and the call takes its careful path.
-/// It is caught inside the function and never reaches a caller; seeing it is a bug.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(pglease::sqlstate::INTERNAL_RECHECK, "LE900");
-/// ```
-pub const INTERNAL_RECHECK: &str = "LE900";
-
 /// `LQ001`: pg_lease_queue — there is no queue of that name (or it was dropped while the call
 /// waited for its partition). Nothing changed.
 ///
@@ -179,12 +168,6 @@ pub const ALL: &[(&str, &str, &str)] = &[
         "object_not_in_prerequisite_state",
         "installing or updating pg_lease: schema lease is not empty, holds objects that are not \
          pg_lease's, or is not the extension's schema; nothing changed",
-    ),
-    (
-        INTERNAL_RECHECK,
-        "pg_lease_internal_recheck",
-        "internal to lease.renew_many (its fast path hands over to its careful path); caught inside \
-         the function, never seen by a caller",
     ),
     (
         FENCE_NOT_OWNER,
