@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 // The SQL API's limits (365 days; keys and owners of 1 to 1024 bytes), from the library's one table.
-use pglease::limits::{MAX_INTERVAL, MAX_NAME_BYTES, MIN_NAME_BYTES};
+use pglease::limits::{
+    MAX_DATA_BYTES, MAX_HOLDERS, MAX_INTERVAL, MAX_NAME_BYTES, MAX_SEMAPHORE_BYTES, MIN_NAME_BYTES,
+};
 
 /// The exit codes, shown at the end of `pglease --help` (and kept in step with `crate::exit`).
 pub const EXIT_CODES_HELP: &str = "\
@@ -17,7 +19,8 @@ Exit codes:
   0    success
   1    error: PostgreSQL unreachable or failing, SQL error, local server failed to start
   2    invalid command line
-  3    not acquired: another owner holds the key (acquire; run: still held when --wait ran out)
+  3    not acquired: another owner holds the key (acquire; run: still held when --wait ran out;
+       run --limit: every slot held; elect: not elected within --wait); leader: no leader
   4    lost: renew/release refused (not_owner, lapsed, epoch_mismatch); run: the lease was lost
        while the command ran, and the command was terminated
   run  otherwise exits with the command's status: 128+N if a signal N killed it,
@@ -35,11 +38,17 @@ Examples:
   pglease renew --key job-42 --owner me --epoch 7 --ttl 1m
   pglease release --key job-42 --owner me --epoch 7
   pglease list job-              # every key starting with job-
+  # At most 3 backups at once (a semaphore); the command gets PGLEASE_SLOT.
+  pglease run --key backups --limit 3 --ttl 30s -- ./backup.sh
+  # Run the scheduler on the elected leader only; advertise its address; watch who leads.
+  pglease elect scheduler --data 10.0.0.7:8080 -- ./scheduler
+  pglease leader scheduler --watch
   pglease status --database-url postgresql://app@db.example/app";
 
 const RUN_EXAMPLES_HELP: &str = "\
 Examples:
   pglease run --key nightly-report --ttl 30s -- ./report.sh
+  pglease run --key backups --limit 3 --ttl 30s --wait 1h -- ./backup.sh   # 3 at a time
   pglease run -k backup -t 1m -w 10m --kill-after 30s -- sh -c 'pg_dump app > \"/backups/app-$PGLEASE_EPOCH.sql\"'";
 
 const CONNECTION_HELP: &str = "\
@@ -114,6 +123,26 @@ pub enum Command {
     /// can be rejected (see README, "Fencing").
     #[command(after_long_help = format!("{RUN_EXAMPLES_HELP}\n\n{EXIT_CODES_HELP}"))]
     Run(RunArgs),
+
+    /// Campaign for leadership of NAME and run a command while leader; stop it on loss.
+    ///
+    /// Waits (without polling, up to --wait, default forever) until this process is the leader:
+    /// the holder of the lease on NAME, whose epoch numbers its term. Then runs the command as
+    /// `run` does (PGLEASE_KEY=NAME, PGLEASE_OWNER, PGLEASE_EPOCH = the term; renewals in the
+    /// background; SIGTERM then SIGKILL to the command if the leadership is lost, exit 4), and
+    /// resigns (releases NAME, so a waiting candidate takes over at once) when the command exits.
+    /// --data is the leader's advertised value (an address), shown by `pglease leader`.
+    #[command(after_long_help = format!("{ELECT_EXAMPLES_HELP}\n\n{EXIT_CODES_HELP}"))]
+    Elect(ElectArgs),
+
+    /// Show the current leader of NAME and its data; with --watch, a line per change.
+    ///
+    /// The leader is the holder of the lease on NAME (`pglease elect NAME`). Without --watch it
+    /// prints the leader (exit 0) or says there is none (exit 3). With --watch it prints the
+    /// current state, then a line each time the leader or its data changes, woken by the server's
+    /// notifications (and at a leader's lapse time), not by polling; until interrupted.
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    Leader(LeaderArgs),
 
     /// Acquire a lease once (no keepalive) and print its epoch and expiry.
     ///
@@ -285,6 +314,23 @@ pub struct RunArgs {
     #[command(flatten)]
     pub wait: WaitArg,
 
+    /// Hold one of N slots of the semaphore KEY instead of KEY itself: at most N runs at once.
+    ///
+    /// Slot i is the lease key KEY#i: the command gets PGLEASE_SLOT=i, PGLEASE_SEMAPHORE=KEY and
+    /// PGLEASE_KEY=KEY#i, the key its epoch fences. --wait waits for a slot. Every run of the job
+    /// should pass the same N: a lower N revokes no running slot, it only refuses new ones until
+    /// fewer are held (docs/SEMANTICS.md §12). KEY is then at most 1018 bytes; N is 1 to 10000.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_HOLDERS)),
+          help_heading = "Lease")]
+    pub limit: Option<u32>,
+
+    #[command(flatten)]
+    pub data: DataArg,
+
+    /// Set by `pglease elect`: campaign for KEY as an election instead of acquiring it.
+    #[arg(skip)]
+    pub elect: bool,
+
     /// The readable part of the owner (1 to 1007 bytes): the lease is held as OWNER-<nonce>.
     ///
     /// A run's owner is always unique to the run, so that it can never be handed a grant that is
@@ -353,6 +399,148 @@ pub struct RunArgs {
           value_name = "COMMAND", help_heading = "Command")]
     pub command: Vec<OsString>,
 
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// The value a grant carries (`run --data`, `elect --data`).
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct DataArg {
+    /// A small value the lease carries while held (at most 8192 bytes of text, e.g. an address or
+    /// JSON), shown to anyone who may inspect the key (`pglease inspect`, `list`, `leader`).
+    ///
+    /// Not a secret: every role that may call the API can read it. Cleared when the lease ends.
+    #[arg(long, value_name = "VALUE", value_parser = parse_data)]
+    pub data: Option<String>,
+}
+
+const ELECT_EXAMPLES_HELP: &str = "\
+Examples:
+  pglease elect scheduler -- ./scheduler                      # leader runs it; others wait
+  pglease elect scheduler --data \"$(hostname):8080\" --ttl 5s -- ./scheduler
+  pglease leader scheduler --json                             # who leads, with its data";
+
+/// Options of `pglease elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The election's name: the lease key its leader holds (1 to 1024 bytes).
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+
+    /// How long the leadership lasts unless renewed, e.g. 10s (41ms to 365 days).
+    ///
+    /// A crashed leader is replaced within about this long; it is renewed every third of it.
+    #[arg(short, long, value_name = "DURATION", default_value = "10s", value_parser = parse_run_ttl,
+          allow_hyphen_values = true, help_heading = "Lease")]
+    pub ttl: Duration,
+
+    /// Give up the campaign after this long (exit 3), e.g. 10m; default: wait forever.
+    #[arg(short, long, value_name = "DURATION", default_value = "forever", value_parser = parse_wait_arg,
+          allow_hyphen_values = true, help_heading = "Lease")]
+    pub wait: Duration,
+
+    #[command(flatten)]
+    pub data: DataArg,
+
+    /// The readable part of the owner (1 to 1007 bytes): leadership is held as OWNER-<nonce>.
+    /// Default: <hostname>-<pid>-<nonce>.
+    #[arg(short, long, value_name = "OWNER", value_parser = parse_run_owner, help_heading = "Lease")]
+    pub owner: Option<String>,
+
+    /// After the leadership is lost, how long the command has between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait,
+          allow_hyphen_values = true, help_heading = "Command")]
+    pub kill_after: Duration,
+
+    /// What to do with processes the command leaves running when it exits (as for `run`).
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = Descendants::Wait, help_heading = "Command")]
+    pub descendants: Descendants,
+
+    /// Exit with this code (0 to 255) instead of 3 when not elected within --wait.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        help_heading = "Exit codes"
+    )]
+    pub conflict_exit_code: u8,
+
+    /// Exit with this code (0 to 255) instead of 4 when the leadership is lost while the command
+    /// runs.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        help_heading = "Exit codes"
+    )]
+    pub lost_exit_code: u8,
+
+    /// Exit with this code (0 to 255) instead of 1 on pglease's own errors (connecting, SQL).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Exit codes"
+    )]
+    pub error_exit_code: u8,
+
+    /// Run SCRIPT with `sh -c` instead of a command.
+    #[arg(
+        long,
+        value_name = "SCRIPT",
+        conflicts_with = "command",
+        help_heading = "Command"
+    )]
+    pub shell: Option<OsString>,
+
+    /// The command and its arguments (after `--`).
+    #[arg(required_unless_present = "shell", num_args = 1.., trailing_var_arg = true,
+          value_name = "COMMAND", help_heading = "Command")]
+    pub command: Vec<OsString>,
+
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+impl ElectArgs {
+    /// The `run` this campaign is: the key is the election's name, acquired by campaigning.
+    pub fn into_run(self) -> RunArgs {
+        RunArgs {
+            key: KeyArg { key: self.name },
+            ttl: RunTtlArg { ttl: self.ttl },
+            wait: WaitArg { wait: self.wait },
+            limit: None,
+            data: self.data,
+            elect: true,
+            owner: self.owner,
+            kill_after: self.kill_after,
+            descendants: self.descendants,
+            conflict_exit_code: self.conflict_exit_code,
+            lost_exit_code: self.lost_exit_code,
+            error_exit_code: self.error_exit_code,
+            shell: self.shell,
+            command: self.command,
+            conn: self.conn,
+        }
+    }
+}
+
+/// Options of `pglease leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// The election's name (as given to `pglease elect`).
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+
+    /// Keep watching: print the current state, then a line per change, until interrupted.
+    ///
+    /// With --json, one JSON document per line.
+    #[arg(long)]
+    pub watch: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
     #[command(flatten)]
     pub conn: ConnArgs,
 }
@@ -644,6 +832,29 @@ pub fn parse_name(s: &str) -> Result<String, String> {
         return Err("must not be empty".into());
     }
     parse_prefix(s)
+}
+
+/// Parses `--data`: at most 8192 bytes.
+pub fn parse_data(s: &str) -> Result<String, String> {
+    if s.len() > MAX_DATA_BYTES {
+        return Err(format!(
+            "must be at most {MAX_DATA_BYTES} bytes (got {})",
+            s.len()
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// Whether `run --limit` may use `key` as a semaphore name (room for `#N` within 1024 bytes).
+pub fn semaphore_name_fits(key: &str) -> Result<(), String> {
+    if key.len() > MAX_SEMAPHORE_BYTES {
+        return Err(format!(
+            "with --limit, --key names a semaphore and must be at most {MAX_SEMAPHORE_BYTES} bytes \
+             (got {}): its slot keys add '#N'",
+            key.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Parses `run --owner`: 1 byte, and room for the nonce `run` appends within 1024 bytes.

@@ -9,8 +9,8 @@
 use std::process::ExitCode;
 
 use crate::cli::{
-    AcquireArgs, Cli, Command, DemoArgs, InspectArgs, InstallArgs, ListArgs, LocalCommand,
-    PurgeArgs, QueueCommand, ReleaseArgs, RenewArgs, RunArgs, StatusArgs,
+    AcquireArgs, Cli, Command, DemoArgs, InspectArgs, InstallArgs, LeaderArgs, ListArgs,
+    LocalCommand, PurgeArgs, QueueCommand, ReleaseArgs, RenewArgs, RunArgs, StatusArgs,
 };
 use crate::connect::{ConfigError, Limits, Target};
 use crate::exit::{self, BoxError};
@@ -30,6 +30,8 @@ pub enum Config {
         owner: String,
         target: Target,
     },
+    /// `pglease leader`.
+    Leader { args: LeaderArgs, target: Target },
     /// `pglease acquire`, as `owner`.
     Acquire {
         args: AcquireArgs,
@@ -78,17 +80,12 @@ impl Config {
         let target = |conn| Target::resolve(conn, major);
         let owner = |owner: &Option<String>| owner.clone().unwrap_or_else(run::default_owner);
         Ok(match cli.command {
-            Command::Run(mut args) => {
-                // `--shell SCRIPT` is `-- sh -c SCRIPT`: run.rs sees an ordinary command.
-                if let Some(script) = args.shell.take() {
-                    args.command = vec!["sh".into(), "-c".into(), script];
-                }
-                Config::Run {
-                    target: target(&args.conn)?,
-                    owner: run::owner(args.owner.as_deref()),
-                    args,
-                }
-            }
+            Command::Run(args) => run_config(args, major)?,
+            Command::Elect(args) => run_config(args.into_run(), major)?,
+            Command::Leader(args) => Config::Leader {
+                target: target(&args.conn)?,
+                args,
+            },
             Command::Acquire(args) => Config::Acquire {
                 target: target(&args.conn)?,
                 owner: owner(&args.owner),
@@ -168,6 +165,9 @@ impl Config {
             Config::Renew { args, target } => until_signal(leases::renew(args, &target)).await,
             Config::Release { args, target } => until_signal(leases::release(args, &target)).await,
             Config::Inspect { args, target } => until_signal(leases::inspect(args, &target)).await,
+            Config::Leader { args, target } => {
+                until_signal(crate::leader::leader(args, &target)).await
+            }
             Config::List { args, target } => until_signal(leases::list(args, &target)).await,
             Config::Purge { args, target } => until_signal(leases::purge(args, &target)).await,
             Config::Install { args, target } => until_signal(admin::install(args, &target)).await,
@@ -204,6 +204,22 @@ impl Config {
 }
 
 /// Runs `command`, ending it (dropped) on a terminating signal with 128 + the signal's number.
+/// `pglease run` (and `elect`, which is a run that campaigns): validated without I/O.
+fn run_config(mut args: RunArgs, major: u32) -> Result<Config, ConfigError> {
+    if args.limit.is_some() {
+        crate::cli::semaphore_name_fits(&args.key.key).map_err(ConfigError::Usage)?;
+    }
+    // `--shell SCRIPT` is `-- sh -c SCRIPT`: run.rs sees an ordinary command.
+    if let Some(script) = args.shell.take() {
+        args.command = vec!["sh".into(), "-c".into(), script];
+    }
+    Ok(Config::Run {
+        target: Target::resolve(&args.conn, major)?,
+        owner: run::owner(args.owner.as_deref()),
+        args,
+    })
+}
+
 async fn until_signal(
     command: impl std::future::Future<Output = Result<ExitCode, BoxError>>,
 ) -> Result<ExitCode, BoxError> {

@@ -30,6 +30,8 @@ struct StateJson {
     expires_at: Option<String>,
     /// Milliseconds until `expires_at` by the server's clock.
     expires_in_ms: Option<u64>,
+    /// The holder's data (null unless held, or if the grant has none).
+    data: Option<String>,
 }
 
 impl StateJson {
@@ -43,6 +45,7 @@ impl StateJson {
                 epoch: None,
                 expires_at: None,
                 expires_in_ms: None,
+                data: None,
             };
         };
         StateJson {
@@ -53,6 +56,7 @@ impl StateJson {
             epoch: Some(h.state.epoch),
             expires_at: h.state.expires_at.map(output::timestamp),
             expires_in_ms: h.left().map(output::millis),
+            data: h.state.data.clone(),
         }
     }
 }
@@ -229,19 +233,25 @@ pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, Box
             ("key", key),
             ("state", "unknown (never leased, or purged)".into()),
         ]),
-        Some(h) if h.state.held => output::fields(&[
-            ("key", key),
-            ("state", "held".into()),
-            ("owner", h.state.owner.clone().unwrap_or_default()),
-            ("epoch", h.state.epoch.to_string()),
-            (
-                "expires",
-                h.state
-                    .expires_at
-                    .map(|x| output::expiry(x, h.now))
-                    .unwrap_or_default(),
-            ),
-        ]),
+        Some(h) if h.state.held => {
+            let mut rows = vec![
+                ("key", key),
+                ("state", "held".into()),
+                ("owner", h.state.owner.clone().unwrap_or_default()),
+                ("epoch", h.state.epoch.to_string()),
+                (
+                    "expires",
+                    h.state
+                        .expires_at
+                        .map(|x| output::expiry(x, h.now))
+                        .unwrap_or_default(),
+                ),
+            ];
+            if let Some(data) = &h.state.data {
+                rows.push(("data", data.clone()));
+            }
+            output::fields(&rows)
+        }
         Some(h) => output::fields(&[
             ("key", key),
             ("state", "not held (free or lapsed)".into()),
@@ -293,10 +303,12 @@ pub async fn list(args: ListArgs, target: &Target) -> Result<ExitCode, BoxError>
         eprintln!("pglease: {what}");
         return Ok(ExitCode::SUCCESS);
     }
+    // A DATA column only when some key has data (one line per key: newlines shown as \n).
+    let with_data = holders.iter().any(|(_, h)| h.state.data.is_some());
     let rows: Vec<Vec<String>> = holders
         .iter()
         .map(|(key, h)| {
-            vec![
+            let mut row = vec![
                 key.clone(),
                 if h.state.held { "held" } else { "-" }.into(),
                 h.state.owner.clone().unwrap_or_else(|| "-".into()),
@@ -306,13 +318,24 @@ pub async fn list(args: ListArgs, target: &Target) -> Result<ExitCode, BoxError>
                     .map(output::timestamp)
                     .unwrap_or_else(|| "-".into()),
                 h.left().map(output::duration).unwrap_or_else(|| "-".into()),
-            ]
+            ];
+            if with_data {
+                row.push(
+                    h.state
+                        .data
+                        .as_deref()
+                        .map(|d| d.escape_debug().to_string())
+                        .unwrap_or_else(|| "-".into()),
+                );
+            }
+            row
         })
         .collect();
-    output::out(&output::table(
-        &["KEY", "HELD", "OWNER", "EPOCH", "EXPIRES_AT", "LEFT"],
-        &rows,
-    ))?;
+    let mut header = vec!["KEY", "HELD", "OWNER", "EPOCH", "EXPIRES_AT", "LEFT"];
+    if with_data {
+        header.push("DATA");
+    }
+    output::out(&output::table(&header, &rows))?;
     Ok(ExitCode::SUCCESS)
 }
 

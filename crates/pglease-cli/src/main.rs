@@ -11,6 +11,7 @@ mod consume;
 mod demo;
 mod embedded;
 mod exit;
+mod leader;
 mod leases;
 mod local;
 mod output;

@@ -160,7 +160,15 @@ async fn run_inner(
         client = target.client(builder) => client?,
         sig = signals.recv_terminating() => return Ok(exit::signal_exit(sig)),
     };
-    let outcome = acquire(&client, target, &key, ttl, wait, &mut signals).await?;
+    let how = if args.elect {
+        How::Elect
+    } else if let Some(n) = args.limit {
+        How::Slot(n)
+    } else {
+        How::Key
+    };
+    let data = args.data.data.clone();
+    let outcome = acquire(&client, target, &key, ttl, wait, how, data, &mut signals).await?;
     let supervision = Supervision {
         ttl,
         kill_after: args.kill_after,
@@ -169,10 +177,18 @@ async fn run_inner(
     };
     let code = match outcome {
         Outcome::Granted(lease) => {
+            // A slot's lease key is KEY#N: that is what the epoch fences.
+            let lease_key = pglease::LeaseGuard::key(&lease).to_owned();
+            let mut env = Vec::new();
+            if let Some(slot) = pglease::LeaseGuard::slot(&lease) {
+                env.push(("PGLEASE_SLOT", slot.to_string()));
+                env.push(("PGLEASE_SEMAPHORE", key.clone()));
+            }
             supervise(
                 &args.command,
-                &key,
+                &lease_key,
                 &owner,
+                &env,
                 lease,
                 supervision,
                 &mut signals,
@@ -180,13 +196,27 @@ async fn run_inner(
             .await?
         }
         Outcome::Held(holder) => {
-            let state = holder.map_or_else(|| "not held".to_string(), |h| h.describe());
             let waited = if wait.is_zero() {
                 String::new()
             } else {
                 format!(" within {}", output::duration(wait))
             };
-            eprintln!("pglease: could not acquire {key}{waited}: it is {state}");
+            match how {
+                How::Slot(n) => {
+                    eprintln!(
+                        "pglease: could not acquire a slot of {key}{waited}: all {n} are held"
+                    )
+                }
+                How::Key | How::Elect => {
+                    let state = holder.map_or_else(|| "not held".to_string(), |h| h.describe());
+                    let what = if matches!(how, How::Elect) {
+                        "become the leader of"
+                    } else {
+                        "acquire"
+                    };
+                    eprintln!("pglease: could not {what} {key}{waited}: it is {state}");
+                }
+            }
             ExitCode::from(codes.conflict)
         }
         Outcome::Interrupted(sig) => exit::signal_exit(sig),
@@ -194,34 +224,100 @@ async fn run_inner(
     client.shutdown().await;
     Ok(code)
 }
-/// Acquires `key` with a keepalive, waiting up to `wait` with progress on a terminal.
+/// What `run` holds while the command runs.
+#[derive(Debug, Clone, Copy)]
+enum How {
+    /// The key itself.
+    Key,
+    /// One of N slots of the semaphore named by the key (`--limit N`).
+    Slot(u32),
+    /// The key as an election's leadership (`pglease elect`).
+    Elect,
+}
+
+/// Acquires `key` (as `how` says) with a keepalive, waiting up to `wait` with progress on a
+/// terminal.
+#[allow(clippy::too_many_arguments)]
 async fn acquire(
     client: &pglease::Client,
     target: &Target,
     key: &str,
     ttl: Duration,
     wait: Duration,
+    how: How,
+    data: Option<String>,
     signals: &mut Signals,
 ) -> Result<Outcome<pglease::Lease>, BoxError> {
-    let acquired = if wait.is_zero() {
-        // One answer, bounded by the request timeout, and interruptible (cancel safe as below).
-        tokio::select! {
-            acquired = target.answer(client.try_acquire(key, ttl)) => acquired,
-            sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
+    let acquired = match how {
+        How::Key => {
+            let mut request = client.acquire_with(key, ttl);
+            if let Some(data) = data {
+                request = request.data(data);
+            }
+            if wait.is_zero() {
+                // One answer, bounded by the request timeout, and interruptible (cancel safe as
+                // below).
+                tokio::select! {
+                    acquired = target.answer(request.try_acquire()) => acquired,
+                    sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
+                }
+            } else {
+                // Cancel safe: dropped on a signal, the library gives back whatever it was granted.
+                match waiting::while_waiting(target, key, wait, signals, request.acquire(wait))
+                    .await
+                {
+                    Waited::Done(Ok(lease)) => Ok(Some(lease)),
+                    Waited::Done(Err(e)) if e.is_wait_timeout() => Ok(None),
+                    Waited::Done(Err(e)) => Err(BoxError::from(e)),
+                    Waited::Interrupted(sig) => return Ok(Outcome::Interrupted(sig)),
+                }
+            }
         }
-    } else {
-        // Cancel safe: dropped on a signal, the library gives back whatever it was granted.
-        match waiting::while_waiting(target, key, wait, signals, client.acquire(key, ttl, wait))
-            .await
-        {
-            Waited::Done(Ok(lease)) => Ok(Some(lease)),
-            Waited::Done(Err(e)) if e.is_wait_timeout() => Ok(None),
-            Waited::Done(Err(e)) => Err(BoxError::from(e)),
-            Waited::Interrupted(sig) => return Ok(Outcome::Interrupted(sig)),
+        How::Slot(n) => {
+            let mut semaphore = client.semaphore(key, n, ttl);
+            if let Some(data) = data {
+                semaphore = semaphore.with_data(data);
+            }
+            if wait.is_zero() {
+                tokio::select! {
+                    acquired = target.answer(semaphore.try_acquire()) => acquired,
+                    sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
+                }
+            } else {
+                // No progress line: the holders are many (`pglease list KEY#`). Cancel safe as
+                // above.
+                tokio::select! {
+                    acquired = semaphore.acquire(wait) => match acquired {
+                        Ok(lease) => Ok(Some(lease)),
+                        Err(e) if e.is_wait_timeout() => Ok(None),
+                        Err(e) => Err(BoxError::from(e)),
+                    },
+                    sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
+                }
+            }
+        }
+        How::Elect => {
+            let mut election = client.election(key, ttl);
+            if let Some(data) = data {
+                election = election.with_data(data);
+            }
+            // Campaigning waits without polling; --wait bounds it (forever: the API's maximum).
+            let campaign = async {
+                match tokio::time::timeout(wait, election.campaign()).await {
+                    Ok(Ok(lease)) => Ok(Some(lease)),
+                    Ok(Err(e)) => Err(BoxError::from(e)),
+                    Err(_elapsed) => Ok(None),
+                }
+            };
+            match waiting::while_waiting(target, key, wait, signals, campaign).await {
+                Waited::Done(done) => done,
+                Waited::Interrupted(sig) => return Ok(Outcome::Interrupted(sig)),
+            }
         }
     };
     match acquired? {
         Some(lease) => Ok(Outcome::Granted(lease)),
+        None if matches!(how, How::Slot(_)) => Ok(Outcome::Held(None)),
         None => {
             let holder = async {
                 let observer = target.connect().await?;
@@ -268,15 +364,17 @@ async fn supervise(
     command: &[std::ffi::OsString],
     key: &str,
     owner: &str,
+    extra_env: &[(&'static str, String)],
     lease: impl HeldLease,
     sup: Supervision,
     signals: &mut Signals,
 ) -> Result<ExitCode, BoxError> {
-    let env = [
+    let mut env = vec![
         ("PGLEASE_KEY", key.to_owned()),
         ("PGLEASE_OWNER", owner.to_owned()),
         ("PGLEASE_EPOCH", lease.epoch().to_string()),
     ];
+    env.extend(extra_env.iter().cloned());
     let Some(deadline) = lease.valid_until() else {
         eprintln!("pglease: lost the lease on {key} before the command started");
         return Ok(ExitCode::from(sup.codes.lost));

@@ -6,6 +6,7 @@ mod bounds;
 mod common;
 mod demo;
 mod exit_codes;
+mod fleet;
 mod json;
 mod local;
 mod queue;
