@@ -323,7 +323,7 @@ fn leader_watch_prints_a_line_per_change_of_leader_or_data() {
         watched(&case)
             .last()
             .filter(|l| l["leader"].as_bool() == Some(true))
-            .map(|l| l.clone())
+            .cloned()
     });
     let line = watched(&case).last().unwrap().clone();
     expect_eq("its data", "one", line["data"].as_str().unwrap());
@@ -397,5 +397,4 @@ fn inspect_and_list_show_the_data_of_a_held_lease_and_not_after_it_ends() {
         inspected["data"].is_null(),
         "released: no data: {inspected}"
     );
-    let _ = read_when_written(&case.file("started"), LONG);
 }
