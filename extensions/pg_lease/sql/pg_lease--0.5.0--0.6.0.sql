@@ -149,7 +149,10 @@ BEGIN
         -- the statement held the row, so the statement did not wait for the row lock.
         UPDATE lease.leases AS l
            SET owner = acquire.owner,
-               epoch = l.epoch + 1,
+               -- The next epoch, and never below the current WAL timeline's band (§8: failover).
+               epoch = GREATEST(l.epoch + 1,
+                   (('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+                        ::pg_catalog.bit(32)::bigint - 1) * 1099511627776),
                expires_at = pg_catalog.clock_timestamp()
                             + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second',
                waiting = false,
@@ -219,7 +222,10 @@ BEGIN
         PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
         v_now := pg_catalog.clock_timestamp();
         INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, data)
-        SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1,
+        SELECT acquire.key, acquire.owner,
+               GREATEST(pg_catalog.max(f.floor) + 1,
+                   (('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+                        ::pg_catalog.bit(32)::bigint - 1) * 1099511627776),
                v_now + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second', acquire.data
           FROM lease.epoch_floor AS f
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING

@@ -81,7 +81,10 @@ GRANT USAGE ON SCHEMA lease TO @extowner@ WITH GRANT OPTION;
 --   owner IS NULL                 FREE: released; epoch is the key's fencing counter (last epoch + 1)
 --   owner IS NOT NULL             HELD while expires_at > clock_timestamp(), else LAPSED; epoch is the
 --                                 epoch of that grant, which is also the key's fencing counter
--- A grant of a FREE or LAPSED key sets epoch = epoch + 1; a release stores epoch + 1. For a FREE row
+-- A grant of a FREE or LAPSED key sets epoch = epoch + 1, but at least the band of the server's
+-- current WAL timeline t, (t - 1) * 2^40; a release stores epoch + 1. On timeline 1 (a server never
+-- promoted) the band is 0 and changes nothing; after a promotion every grant exceeds every grant the
+-- old timeline made, also those the promoted standby never received (docs/SEMANTICS.md §8). For a FREE row
 -- expires_at is the moment of release, so for FREE and LAPSED rows alike it says since when the key has
 -- been idle (lease.purge reads it).
 --   waiting                       true once someone registered as waiting for the current grant
@@ -391,7 +394,10 @@ BEGIN
         -- the statement held the row, so the statement did not wait for the row lock.
         UPDATE lease.leases AS l
            SET owner = acquire.owner,
-               epoch = l.epoch + 1,
+               -- The next epoch, and never below the current WAL timeline's band (§8: failover).
+               epoch = GREATEST(l.epoch + 1,
+                   (('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+                        ::pg_catalog.bit(32)::bigint - 1) * 1099511627776),
                expires_at = pg_catalog.clock_timestamp()
                             + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second',
                waiting = false,
@@ -461,7 +467,10 @@ BEGIN
         PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
         v_now := pg_catalog.clock_timestamp();
         INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, data)
-        SELECT acquire.key, acquire.owner, pg_catalog.max(f.floor) + 1,
+        SELECT acquire.key, acquire.owner,
+               GREATEST(pg_catalog.max(f.floor) + 1,
+                   (('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+                        ::pg_catalog.bit(32)::bigint - 1) * 1099511627776),
                v_now + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second', acquire.data
           FROM lease.epoch_floor AS f
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
