@@ -206,7 +206,14 @@ BEGIN
                         PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
                     END IF;
                 END IF;
-                r.acquired := true;          -- already ours: idempotent, nothing else changes
+                -- Already ours: idempotent, nothing else changes. But the grant being returned may
+                -- not be durable yet where durability is the caller's promise (a synchronous
+                -- standby): the call that made it may have been cancelled while its commit waited
+                -- for the standby. Taking a transaction id makes this transaction's commit write a
+                -- commit record, and so wait for the standby like any write (everything earlier
+                -- in the WAL, the grant included, is then replicated before the caller hears yes).
+                PERFORM pg_catalog.pg_current_xact_id();
+                r.acquired := true;
                 r.epoch := v_epoch;
                 r.expires_at := v_expires_at;
             ELSE
