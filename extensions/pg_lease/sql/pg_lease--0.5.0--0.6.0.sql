@@ -15,6 +15,18 @@
 
 ALTER TABLE lease.leases ADD COLUMN data text, ADD COLUMN watched_until timestamptz;
 
+-- acquire, renew, inspect and list are dropped and created anew (a new parameter, a new result
+-- column) and keep the privileges they had (as in 0.3.0): their ACLs, as text ('' for the defaults),
+-- for the end of this script (transaction-local settings).
+SELECT pg_catalog.set_config('pg_lease.upgrade_acl_' OPERATOR(pg_catalog.||) f.name,
+                             COALESCE(p.proacl::pg_catalog.text, ''), true)
+  FROM (VALUES ('acquire', 'lease.acquire(text, text, interval, interval)'),
+               ('renew', 'lease.renew(text, text, bigint, interval)'),
+               ('inspect', 'lease.inspect(text)'),
+               ('list', 'lease.list(text)')) AS f(name, signature),
+       pg_catalog.pg_proc AS p
+ WHERE p.oid OPERATOR(pg_catalog.=) f.signature::pg_catalog.regprocedure;
+
 CREATE FUNCTION lease._data_violations(value text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
@@ -912,24 +924,43 @@ BEGIN
        AND l.expires_at > pg_catalog.clock_timestamp();
 END
 $$;
+-- ---------------------------------------------------------------------------------------------------
+-- Restore the privileges of acquire, renew, inspect and list as they were before this script (see
+-- the top): who may execute them, and with grant option.
+-- ---------------------------------------------------------------------------------------------------
+DO $$
+DECLARE
+    v_fn text;
+    v_acl text;
+    v_grant record;
+BEGIN
+    FOR v_fn, v_acl IN
+        VALUES ('lease.acquire(text, text, interval, interval, text)',
+                pg_catalog.current_setting('pg_lease.upgrade_acl_acquire')),
+               ('lease.renew(text, text, bigint, interval, text)',
+                pg_catalog.current_setting('pg_lease.upgrade_acl_renew')),
+               ('lease.inspect(text)', pg_catalog.current_setting('pg_lease.upgrade_acl_inspect')),
+               ('lease.list(text)', pg_catalog.current_setting('pg_lease.upgrade_acl_list'))
+    LOOP
+        CONTINUE WHEN v_acl OPERATOR(pg_catalog.=) '';   -- the defaults: the new function has them too
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_fn);
+        FOR v_grant IN
+            SELECT a.grantee, a.is_grantable
+              FROM pg_catalog.aclexplode(v_acl::pg_catalog.aclitem[]) AS a
+             WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', v_fn,
+                CASE WHEN v_grant.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(v_grant.grantee)) END,
+                CASE WHEN v_grant.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+    END LOOP;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT '0.6.0'::text $$;
 
--- ---------------------------------------------------------------------------------------------------
--- Who may call the API: every role, by default. The grant is made by the installing role (through a
--- function it owns, for the moment of this script), so that it can narrow it later:
---   REVOKE USAGE ON SCHEMA lease FROM PUBLIC; GRANT USAGE ON SCHEMA lease TO app_role;
--- ---------------------------------------------------------------------------------------------------
-CREATE FUNCTION lease._grant_usage_as_installer()
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    GRANT USAGE ON SCHEMA lease TO PUBLIC;
-END
-$$;
