@@ -1193,6 +1193,7 @@ REVOKE ALL ON FUNCTION lease._slot_count_violations(text, integer) FROM PUBLIC;
 CREATE FUNCTION lease.slot_key(semaphore text, slot integer)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SECURITY DEFINER                 -- its 22023 goes through the lease._* helpers, closed to callers
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -1394,7 +1395,8 @@ BEGIN
        AND l.expires_at > pg_catalog.clock_timestamp()
        AND NOT l.waiting;
     SELECT pg_catalog.count(*)::integer,
-           GREATEST(pg_catalog.min(l.expires_at) - pg_catalog.clock_timestamp(), interval '0')
+           CASE WHEN pg_catalog.count(*) > 0
+                THEN GREATEST(pg_catalog.min(l.expires_at) - pg_catalog.clock_timestamp(), interval '0') END
       INTO register_slot_waiter.holders, register_slot_waiter.lapses_in
       FROM lease.leases AS l
      WHERE l.key >= register_slot_waiter.semaphore || '#' AND l.key < register_slot_waiter.semaphore || '$'
