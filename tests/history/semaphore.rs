@@ -24,7 +24,9 @@ use crate::rng::Rng;
 type Micros = i64;
 
 fn micros(t: SystemTime) -> Micros {
-    t.duration_since(UNIX_EPOCH).expect("after 1970").as_micros() as Micros
+    t.duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as Micros
 }
 
 /// One grant, as its holder saw it.
@@ -386,25 +388,28 @@ fn semaphore_checker_accepts_back_to_back_grants_up_to_the_limit() {
 
 #[test]
 fn semaphore_checker_reports_more_than_max_holders_at_an_instant() {
-    let grants = [
-        g(0, 1, 1, 0, 100),
-        g(1, 2, 1, 10, 50),
-        g(2, 3, 1, 49, 60),
-    ];
+    let grants = [g(0, 1, 1, 0, 100), g(1, 2, 1, 10, 50), g(2, 3, 1, 49, 60)];
     let v = check(&grants, 2);
     assert_eq!(v.len(), 2, "{v:?}");
     assert!(matches!(&v[0], Violation::SlotOutOfRange(x) if x.slot == 3));
     assert!(matches!(&v[1], Violation::TooManyHolders { at: 49, live } if live.len() == 3));
     // Two grants of one slot that overlap are two holders too.
     let v = check(&[g(0, 1, 1, 0, 100), g(1, 1, 2, 99, 150)], 1);
-    assert!(matches!(&v[..], [Violation::TooManyHolders { at: 99, .. }]), "{v:?}");
+    assert!(
+        matches!(&v[..], [Violation::TooManyHolders { at: 99, .. }]),
+        "{v:?}"
+    );
 }
 
 #[test]
 fn semaphore_checker_reports_a_slot_epoch_that_does_not_increase() {
-    let v = check(&[g(0, 1, 5, 0, 10), g(1, 1, 5, 20, 30), g(2, 1, 4, 40, 50)], 1);
+    let v = check(
+        &[g(0, 1, 5, 0, 10), g(1, 1, 5, 20, 30), g(2, 1, 4, 40, 50)],
+        1,
+    );
     assert_eq!(v.len(), 2, "{v:?}");
-    assert!(v
-        .iter()
-        .all(|x| matches!(x, Violation::EpochNotIncreasing { .. })));
+    assert!(
+        v.iter()
+            .all(|x| matches!(x, Violation::EpochNotIncreasing { .. }))
+    );
 }
