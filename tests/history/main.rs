@@ -40,6 +40,7 @@ mod model;
 mod queue;
 mod rng;
 mod selftest;
+mod semaphore;
 mod synthetic;
 
 use std::collections::BTreeSet;

@@ -72,6 +72,37 @@ const FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "pg_catalog.starts_with($1, $2)",
     ),
     ("left", "text, integer", "text", "pg_catalog.left($1, $2)"),
+    (
+        "substr",
+        "text, integer",
+        "text",
+        "pg_catalog.substr($1, $2)",
+    ),
+    ("length", "text", "integer", "pg_catalog.length($1)"),
+    (
+        "cardinality",
+        "text[]",
+        "integer",
+        "pg_catalog.cardinality($1)",
+    ),
+    (
+        "array_ndims",
+        "text[]",
+        "integer",
+        "pg_catalog.array_ndims($1)",
+    ),
+    (
+        "set_config",
+        "text, text, boolean",
+        "text",
+        "pg_catalog.set_config($1, $2, $3)",
+    ),
+    (
+        "current_setting",
+        "text",
+        "text",
+        "pg_catalog.current_setting($1)",
+    ),
 ];
 
 /// Shadowing operators: (operator, left, right, result, what the real one computes).
@@ -218,6 +249,42 @@ const OPERATORS: &[(&str, &str, &str, &str, &str)] = &[
         "text",
         "boolean",
         "pg_catalog.textlike($1, $2)",
+    ),
+    (
+        "~",
+        "text",
+        "text",
+        "boolean",
+        "pg_catalog.textregexeq($1, $2)",
+    ),
+    ("<", "text", "text", "boolean", "pg_catalog.text_lt($1, $2)"),
+    (
+        ">=",
+        "text",
+        "text",
+        "boolean",
+        "pg_catalog.text_ge($1, $2)",
+    ),
+    (
+        ">=",
+        "integer",
+        "integer",
+        "boolean",
+        "pg_catalog.int4ge($1, $2)",
+    ),
+    (
+        "<=",
+        "integer",
+        "integer",
+        "boolean",
+        "pg_catalog.int4le($1, $2)",
+    ),
+    (
+        "<",
+        "integer",
+        "integer",
+        "boolean",
+        "pg_catalog.int4lt($1, $2)",
     ),
 ];
 
@@ -459,6 +526,7 @@ pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
     )
     .await;
     assert_eq!(err.code, "22023");
+    exercise_0_6_0_api(app, p).await;
     let version: String = app
         .query_one("SELECT lease.version()", &[])
         .await
@@ -471,6 +539,186 @@ pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
         .unwrap()
         .get(0);
     assert!(purged >= 0);
+}
+
+/// The calls 0.6.0 added (lease data, renew_many, watch, semaphores), with the results a correct
+/// implementation gives (keys under `p`, in a database where nothing else happened to them).
+async fn exercise_0_6_0_api(app: &Client, p: &str) {
+    let d = format!("{p}d");
+    let r = app
+        .query_one(
+            "SELECT acquired, epoch FROM lease.acquire($1::pg_catalog.text, 'o1'::pg_catalog.text, '1 hour'::pg_catalog.text::interval, '0'::pg_catalog.text::interval, 'd1'::pg_catalog.text)",
+            &[&d],
+        )
+        .await
+        .unwrap();
+    assert!(r.get::<_, bool>(0));
+    let ed: i64 = r.get(1);
+    assert!(ed < 1000, "epoch {ed}: a shadow epoch floor was read");
+    let status: String = app
+        .query_one(
+            "SELECT status FROM lease.renew($1::pg_catalog.text, 'o1'::pg_catalog.text, $2::pg_catalog.int8, '1 hour'::pg_catalog.text::interval, 'd2'::pg_catalog.text)",
+            &[&d, &ed],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "ok");
+    let r = app
+        .query_one(
+            "SELECT held, epoch, data FROM lease.inspect($1::pg_catalog.text)",
+            &[&d],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.get::<_, bool>(0),
+            r.get::<_, i64>(1),
+            r.get::<_, Option<String>>(2)
+        ),
+        (true, ed, Some("d2".to_owned()))
+    );
+    let listed: Option<String> = app
+        .query_one("SELECT data FROM lease.list($1::pg_catalog.text)", &[&d])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(listed.as_deref(), Some("d2"));
+    // renew_many: the fast path (every pair renewed), the careful one (a refusal), invalid input.
+    let unknown = format!("{p}unknown");
+    for (keys, epochs, want) in [
+        (vec![d.clone()], vec![ed], vec!["ok"]),
+        (
+            vec![d.clone(), unknown.clone()],
+            vec![ed + 1, 1],
+            vec!["epoch_mismatch", "not_owner"],
+        ),
+    ] {
+        let mut got: Vec<(String, String)> = app
+            .query(
+                "SELECT key, status FROM lease.renew_many('o1'::pg_catalog.text, $1::pg_catalog.text[], $2::pg_catalog.int8[], '1 hour'::pg_catalog.text::interval)",
+                &[&keys, &epochs],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        got.sort();
+        let mut expected: Vec<(String, String)> = keys
+            .iter()
+            .cloned()
+            .zip(want.iter().map(|s| (*s).to_owned()))
+            .collect();
+        expected.sort();
+        assert_eq!(got, expected);
+    }
+    let err = expect_error(
+        app,
+        &format!(
+            "SELECT * FROM lease.renew_many('', ARRAY['{d}', '', '{d}'], ARRAY[1, NULL], '-1 s')"
+        ),
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    assert!(
+        err.detail.as_deref().is_some_and(|x| x.starts_with(
+            "owner must not be empty; ttl must be positive; keys and epochs must have the same length (got 3 and 2); keys[2] must not be empty; epochs[2] must not be NULL; keys must be distinct ("
+        )),
+        "{err:?}"
+    );
+    // watch: an unknown key is FREE at the (real) epoch floor.
+    let r = app
+        .query_one(
+            "SELECT held, epoch FROM lease.watch($1::pg_catalog.text)",
+            &[&format!("{p}w")],
+        )
+        .await
+        .unwrap();
+    assert!(!r.get::<_, bool>(0));
+    assert!(r.get::<_, i64>(1) < 1000, "a shadow epoch floor was read");
+    // Semaphores.
+    let sem = format!("{p}s");
+    let slot = "SELECT acquired, slot, key, epoch FROM lease.acquire_slot($1::pg_catalog.text, $2::pg_catalog.text, '1 hour'::pg_catalog.text::interval, 1::pg_catalog.int4, $3::pg_catalog.text::interval)";
+    let r = app.query_one(slot, &[&sem, &"o1", &"0"]).await.unwrap();
+    assert_eq!(
+        (
+            r.get::<_, bool>(0),
+            r.get::<_, Option<i32>>(1),
+            r.get::<_, Option<String>>(2)
+        ),
+        (true, Some(1), Some(format!("{sem}#1")))
+    );
+    let es: i64 = r.get(3);
+    assert!(es < 1000, "epoch {es}: a shadow epoch floor was read");
+    let r = app.query_one(slot, &[&sem, &"o2", &"0"]).await.unwrap();
+    assert!(!r.get::<_, bool>(0));
+    let err = app
+        .query_one(slot, &[&sem, &"o2", &"60 milliseconds"])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "57014");
+    let k: String = app
+        .query_one(
+            "SELECT lease.slot_key($1::pg_catalog.text, 1::pg_catalog.int4)",
+            &[&sem],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(k, format!("{sem}#1"));
+    let rows = app
+        .query(
+            "SELECT slot, held, owner, epoch FROM lease.list_slots($1::pg_catalog.text)",
+            &[&sem],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].get::<_, i32>(0),
+            rows[0].get::<_, bool>(1),
+            rows[0].get::<_, Option<String>>(2),
+            rows[0].get::<_, i64>(3)
+        ),
+        (1, true, Some("o1".to_owned()), es)
+    );
+    let holders: i32 = app
+        .query_one(
+            "SELECT holders FROM lease.register_slot_waiter($1::pg_catalog.text)",
+            &[&sem],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(holders, 1);
+    let status: String = app
+        .query_one(
+            "SELECT status FROM lease.release($1::pg_catalog.text, 'o1'::pg_catalog.text, $2::pg_catalog.int8) AS r(status)",
+            &[&k, &es],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "ok");
+    let r = app.query_one(slot, &[&sem, &"o2", &"0"]).await.unwrap();
+    assert_eq!(r.get::<_, Option<i64>>(3), Some(es + 2));
+    let err = expect_error(
+        app,
+        "SELECT * FROM lease.acquire_slot('', '', '0', 0, NULL, pg_catalog.repeat('d', 9000))",
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    assert_eq!(
+        err.detail.as_deref(),
+        Some(
+            "semaphore must not be empty; owner must not be empty; ttl must be positive; max_holders must be in [1, 10000] (got 0); wait must not be NULL; data must be at most 8192 bytes (got 9000)."
+        )
+    );
+    let err = expect_error(app, "SELECT lease.slot_key(NULL, 0)").await;
+    assert_eq!(err.code, "22023");
 }
 
 #[tokio::test]

@@ -20,6 +20,10 @@
 //!   there);
 //! - a blocking acquire's sleep between polls, by `pg_stat_activity.wait_event = 'PgSleep'`.
 //!
+//! A step seen blocked is checked again 50 ms later, and only a step that is still blocked then (and
+//! has not completed) counts as blocked: a wait that ends by itself sooner (lease.renew_many waits at
+//! most 10 ms for a row lock, then reports `busy`) belongs to the step.
+//!
 //! A blocked step is recorded as `<waiting ...>` and the permutation goes on. After every later step,
 //! each waiting step (in the order they started) is checked the same way: completed steps are
 //! recorded as `<... completed>` with their result, the others keep waiting. Whatever still waits at
@@ -50,6 +54,10 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// How long any single step may run (or a woken step may take to finish) before the spec fails.
 const STEP_LIMIT: Duration = Duration::from_secs(60);
+
+/// A step seen waiting is reported blocked only if it has neither completed nor stopped waiting this
+/// much later (longer than the bounded lock wait of lease.renew_many, 10 ms).
+const BRIEF_WAIT: Duration = Duration::from_millis(50);
 
 /// Numbers the runs, for their keys and queues.
 static RUNS: AtomicU32 = AtomicU32::new(0);
@@ -333,7 +341,15 @@ impl Run {
                 return Some(joined.expect("step task"));
             }
             if self.is_blocked(&self.sessions[session]).await {
-                return None;
+                // Seen blocked: blocked it is if it still is a moment later. A wait that ends by
+                // itself within that moment (lease.renew_many waits at most 10 ms for a row lock,
+                // then reports the key `busy`) is part of the step, not a block.
+                if let Ok(joined) = tokio::time::timeout(BRIEF_WAIT, &mut *handle).await {
+                    return Some(joined.expect("step task"));
+                }
+                if self.is_blocked(&self.sessions[session]).await {
+                    return None;
+                }
             }
             assert!(
                 Instant::now() < deadline,

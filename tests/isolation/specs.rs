@@ -79,6 +79,9 @@ spec_tests!(
     ack_vs_takeover,
     claim_vs_claim,
     producers_same_key_commit,
+    slot_race,
+    renew_many_vs_takeover,
+    release_vs_acquire_slot,
 );
 
 /// Every file in `specs/` has a test and an expected output, and parses; every expected output

@@ -6,7 +6,7 @@ use crate::grant;
 
 /// Calls `sql` (which must be rejected) and checks 22023 with exactly the `violations` in DETAIL,
 /// and that the test's keys and the epoch floor are unchanged.
-async fn rejects(sql: &str, violations: &[&str], prefix: &str) {
+pub(crate) async fn rejects(sql: &str, violations: &[&str], prefix: &str) {
     let s = server();
     let c = s.app().await;
     let su = s.connect_super(SHARED_DB).await;

@@ -6,6 +6,7 @@
 
 mod acquire;
 mod blocking;
+mod data;
 mod docs;
 mod extension;
 mod fence;
@@ -18,10 +19,13 @@ mod queue;
 mod queue_install;
 mod release;
 mod renew;
+mod renew_many;
+mod semaphore;
 mod storage;
 mod transactions;
 mod upgrade;
 mod waiters;
+mod watch;
 
 pub use pglease_tests::calls::{Inspected, acquire, grant, inspect, release, renew};
 pub use pglease_tests::lapse::{await_lapsed, lapse};

@@ -239,8 +239,7 @@ async fn execute_grants(c: &tokio_postgres::Client) -> Vec<String> {
                        CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
                        a.is_grantable)
            FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
-          WHERE p.pronamespace = 'lease'::regnamespace
-            AND p.proname IN ('acquire', 'renew', 'inspect', 'list')
+          WHERE p.pronamespace = 'lease'::regnamespace AND p.proname IN ('acquire', 'renew')
           ORDER BY 1",
         &[],
     )
@@ -313,13 +312,34 @@ async fn updating_to_0_3_0_keeps_the_execute_privileges_of_acquire_and_renew() {
     }
 }
 
-/// 0.6.0 drops and re-creates acquire, renew, inspect and list (a new parameter, a new result
-/// column); an administrator's narrowing of who may call them survives, on both installation paths.
+/// Who may execute the functions that 0.6.0 drops and re-creates, as (function, grantee,
+/// grantable) lines.
+async fn execute_grants_of_0_6_0_recreations(c: &tokio_postgres::Client) -> Vec<String> {
+    c.query(
+        "SELECT format('%s %s %s', p.proname,
+                       CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
+                       a.is_grantable)
+           FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+          WHERE p.pronamespace = 'lease'::regnamespace
+            AND p.proname IN ('acquire', 'renew', 'inspect', 'list')
+          ORDER BY 1",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// 0.6.0 drops and re-creates acquire, renew, inspect and list (a `data` parameter, a `data`
+/// column); an administrator's narrowing of who may call them must survive, on both installation
+/// paths, and the upgrade must leave no helper behind that anyone could call.
 #[tokio::test]
-async fn updating_to_0_6_0_keeps_the_execute_privileges_of_the_recreated_functions() {
+async fn updating_to_0_6_0_keeps_the_execute_privileges_of_the_functions_it_recreates() {
     let s = server();
     for via_script in [false, true] {
-        let db = s.fresh_db("upgrade_acl6");
+        let db = s.fresh_db("upgrade_acl_060");
         let mut admin = s.connect_as(&db, ADMIN).await;
         if via_script {
             script_install_up_to(&admin, "0.5.0").await;
@@ -337,15 +357,14 @@ async fn updating_to_0_6_0_keeps_the_execute_privileges_of_the_recreated_functio
                      WITH GRANT OPTION;
                  REVOKE EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) FROM PUBLIC;
                  REVOKE EXECUTE ON FUNCTION lease.inspect(text) FROM PUBLIC;
-                 GRANT EXECUTE ON FUNCTION lease.inspect(text) TO {APP};
-                 REVOKE EXECUTE ON FUNCTION lease.list(text) FROM PUBLIC;"
+                 GRANT EXECUTE ON FUNCTION lease.inspect(text) TO {APP};"
             ))
             .await
             .unwrap();
-        let before = execute_grants(&s.connect_super(&db).await).await;
+        let before = execute_grants_of_0_6_0_recreations(&s.connect_super(&db).await).await;
         assert!(
-            !before.iter().any(|g| g.starts_with("list PUBLIC")),
-            "the narrowing took effect: {before:?}"
+            before.iter().any(|g| g == "list PUBLIC f"),
+            "list keeps the default: {before:?}"
         );
         if via_script {
             pglease::install(&mut admin).await.unwrap();
@@ -355,10 +374,35 @@ async fn updating_to_0_6_0_keeps_the_execute_privileges_of_the_recreated_functio
                 .await
                 .unwrap();
         }
-        let after = execute_grants(&s.connect_super(&db).await).await;
+        let su = s.connect_super(&db).await;
+        let after = execute_grants_of_0_6_0_recreations(&su).await;
         assert_eq!(
             after, before,
             "privileges after the update (script: {via_script})"
         );
+        let leftovers: i64 = su
+            .query_one(
+                "SELECT count(*) FROM pg_proc
+                  WHERE pronamespace = 'lease'::regnamespace AND proname = '_grant_usage_as_installer'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(leftovers, 0, "the update leaves no installer helper behind");
+
+        let app = s.connect_as(&db, APP).await;
+        assert_eq!(grant(&app, "k", "w", "1 hour").await, 1);
+        assert_eq!(
+            inspect(&app, "k").await.map(|i| i.0),
+            Some(true),
+            "inspect stays open to the application role"
+        );
+        for closed in [
+            "SELECT * FROM lease.renew('k', 'w', 1, interval '1 hour')",
+            "SELECT * FROM lease.renew('k', 'w', 1, interval '1 hour', 'data')",
+        ] {
+            assert_eq!(expect_error(&app, closed).await.code, "42501", "{closed}");
+        }
     }
 }

@@ -1,4 +1,5 @@
--- pg_lease 0.5.0 -> 0.6.0: features for fleets (docs/SEMANTICS.md §3, §12, §13; ADR 0006).
+-- pg_lease 0.5.0 -> 0.6.0: features for fleets, and epochs that survive failover (docs/SEMANTICS.md
+-- §3, §8, §12, §13; ADR 0006).
 --
 -- Added: lease data (acquire and renew take `data`, at most 8192 bytes of text; inspect and list
 --        return it; release clears it); lease.renew_many (one renewal for many grants of one owner,
@@ -6,23 +7,31 @@
 --        (observers of a key's holder are woken by its grants, releases and changes of data);
 --        semaphores (lease.acquire_slot, lease.slot_key, lease.list_slots,
 --        lease.register_slot_waiter: at most max_holders holders, each slot an ordinary lease).
--- Changed: lease.acquire, lease.renew, lease.inspect and lease.list are dropped and created again
---          (a new parameter with a default, or a new result column): calls keep working, but objects
---          of yours that depend on them (views, SQL functions with bodies) must be recreated.
+-- Changed: every new grant's epoch is at least (t - 1) * 2^40 on WAL timeline t (unchanged on
+--          timeline 1, a server never promoted): after a promotion no epoch goes back. An acquire
+--          that returns the caller's existing grant takes a transaction id, so that its commit waits
+--          for a synchronous standby. purge keeps watched keys.
+--          lease.acquire, lease.renew, lease.inspect and lease.list are dropped and created again
+--          (a new parameter with a default, or a new result column): calls keep working and their
+--          EXECUTE privileges are kept, but objects of yours that depend on them (views, SQL
+--          functions with bodies) must be recreated.
 -- Epochs, grants and every other state are kept.
 
 \echo Use "ALTER EXTENSION pg_lease UPDATE TO '0.6.0'" to load this file. \quit
 
 ALTER TABLE lease.leases ADD COLUMN data text, ADD COLUMN watched_until timestamptz;
 
--- The privileges of the four functions this script drops and creates anew, as text ('' when they
--- are the defaults), for the end of this script (transaction-local settings).
-SELECT pg_catalog.set_config('pg_lease.upgrade_acl_' || f.name, COALESCE(p.proacl::text, ''), true)
+-- acquire, renew, inspect and list are dropped and created anew (a new parameter, a new result
+-- column) and keep the privileges they had (as in 0.3.0): their ACLs, as text ('' for the defaults),
+-- for the end of this script (transaction-local settings).
+SELECT pg_catalog.set_config('pg_lease.upgrade_acl_' OPERATOR(pg_catalog.||) f.name,
+                             COALESCE(p.proacl::pg_catalog.text, ''), true)
   FROM (VALUES ('acquire', 'lease.acquire(text, text, interval, interval)'),
                ('renew', 'lease.renew(text, text, bigint, interval)'),
                ('inspect', 'lease.inspect(text)'),
-               ('list', 'lease.list(text)')) AS f(name, signature)
-  JOIN pg_catalog.pg_proc AS p ON p.oid = f.signature::pg_catalog.regprocedure;
+               ('list', 'lease.list(text)')) AS f(name, signature),
+       pg_catalog.pg_proc AS p
+ WHERE p.oid OPERATOR(pg_catalog.=) f.signature::pg_catalog.regprocedure;
 
 CREATE FUNCTION lease._data_violations(value text)
 RETURNS text[]
@@ -753,6 +762,7 @@ REVOKE ALL ON FUNCTION lease._slot_count_violations(text, integer) FROM PUBLIC;
 CREATE FUNCTION lease.slot_key(semaphore text, slot integer)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SECURITY DEFINER                 -- its 22023 goes through the lease._* helpers, closed to callers
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -925,7 +935,8 @@ BEGIN
        AND l.expires_at > pg_catalog.clock_timestamp()
        AND NOT l.waiting;
     SELECT pg_catalog.count(*)::integer,
-           GREATEST(pg_catalog.min(l.expires_at) - pg_catalog.clock_timestamp(), interval '0')
+           CASE WHEN pg_catalog.count(*) > 0
+                THEN GREATEST(pg_catalog.min(l.expires_at) - pg_catalog.clock_timestamp(), interval '0') END
       INTO register_slot_waiter.holders, register_slot_waiter.lapses_in
       FROM lease.leases AS l
      WHERE l.key >= register_slot_waiter.semaphore || '#' AND l.key < register_slot_waiter.semaphore || '$'
@@ -935,8 +946,8 @@ BEGIN
 END
 $$;
 -- ---------------------------------------------------------------------------------------------------
--- Restore the privileges of the re-created functions as they were before this script: who may
--- execute them, and with grant option (as the update to 0.3.0 did).
+-- Restore the privileges of acquire, renew, inspect and list as they were before this script (see
+-- the top): who may execute them, and with grant option.
 -- ---------------------------------------------------------------------------------------------------
 DO $$
 DECLARE
@@ -952,19 +963,63 @@ BEGIN
                ('lease.inspect(text)', pg_catalog.current_setting('pg_lease.upgrade_acl_inspect')),
                ('lease.list(text)', pg_catalog.current_setting('pg_lease.upgrade_acl_list'))
     LOOP
-        CONTINUE WHEN v_acl = '';                    -- the defaults: the new function has them too
+        CONTINUE WHEN v_acl OPERATOR(pg_catalog.=) '';   -- the defaults: the new function has them too
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_fn);
         FOR v_grant IN
             SELECT a.grantee, a.is_grantable
               FROM pg_catalog.aclexplode(v_acl::pg_catalog.aclitem[]) AS a
-             WHERE a.privilege_type = 'EXECUTE'
+             WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
         LOOP
             EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', v_fn,
-                CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC'
+                CASE WHEN v_grant.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
                      ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(v_grant.grantee)) END,
                 CASE WHEN v_grant.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
         END LOOP;
     END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease.purge(older_than interval)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_older_s double precision := pg_catalog.date_part('epoch', purge.older_than);
+    v_purged bigint;
+    v_max_epoch bigint;
+    v_floor bigint;
+BEGIN
+    IF v_older_s IS NULL OR NOT (v_older_s >= 0 AND v_older_s <= 31536000) THEN
+        PERFORM lease._raise_invalid_input('lease.purge',
+            lease._interval_violations('older_than', purge.older_than, false));
+    END IF;
+
+    -- Excludes key creation (FOR KEY SHARE on the sentinel) and other purges until we commit.
+    PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR UPDATE;
+
+    WITH idle AS (
+        SELECT l.key
+          FROM lease.leases AS l
+         WHERE (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
+           AND l.expires_at < pg_catalog.clock_timestamp() - v_older_s * interval '1 second'
+           AND (l.watched_until IS NULL OR l.watched_until <= pg_catalog.clock_timestamp())
+           FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM lease.leases AS l
+         USING idle
+         WHERE l.key = idle.key
+        RETURNING l.epoch
+    )
+    SELECT pg_catalog.count(*), pg_catalog.max(gone.epoch) INTO v_purged, v_max_epoch FROM gone;
+
+    SELECT pg_catalog.max(f.floor) INTO v_floor FROM lease.epoch_floor AS f;
+    IF v_max_epoch > v_floor THEN
+        DELETE FROM lease.epoch_floor AS f WHERE NOT f.sentinel;
+        INSERT INTO lease.epoch_floor (floor, sentinel) VALUES (v_max_epoch, false);
+    END IF;
+    RETURN v_purged;
 END
 $$;
 
@@ -973,3 +1028,4 @@ RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT '0.6.0'::text $$;
+

@@ -1209,6 +1209,7 @@ REVOKE ALL ON FUNCTION lease._slot_count_violations(text, integer) FROM PUBLIC;
 CREATE FUNCTION lease.slot_key(semaphore text, slot integer)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SECURITY DEFINER                 -- its 22023 goes through the lease._* helpers, closed to callers
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -1410,7 +1411,8 @@ BEGIN
        AND l.expires_at > pg_catalog.clock_timestamp()
        AND NOT l.waiting;
     SELECT pg_catalog.count(*)::integer,
-           GREATEST(pg_catalog.min(l.expires_at) - pg_catalog.clock_timestamp(), interval '0')
+           CASE WHEN pg_catalog.count(*) > 0
+                THEN GREATEST(pg_catalog.min(l.expires_at) - pg_catalog.clock_timestamp(), interval '0') END
       INTO register_slot_waiter.holders, register_slot_waiter.lapses_in
       FROM lease.leases AS l
      WHERE l.key >= register_slot_waiter.semaphore || '#' AND l.key < register_slot_waiter.semaphore || '$'
@@ -1424,7 +1426,8 @@ $$;
 -- lease.purge(older_than) -> bigint
 --
 -- Deletes the rows of keys that have been FREE or LAPSED for longer than `older_than` (FREE: since the
--- release; LAPSED: since the expiry) and returns how many it deleted. HELD keys are never touched.
+-- release; LAPSED: since the expiry) and returns how many it deleted. HELD keys are never touched,
+-- nor watched ones (lease.watch: the mark would go with the row).
 -- Before deleting, it raises the epoch floor to the largest epoch it removes, so a purged key that is
 -- acquired again starts above every epoch it ever had: epochs never go back. Waits for transactions
 -- that are creating new keys (and they for it). Executable by the role that installed the extension,
@@ -1458,6 +1461,7 @@ BEGIN
           FROM lease.leases AS l
          WHERE (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
            AND l.expires_at < pg_catalog.clock_timestamp() - v_older_s * interval '1 second'
+           AND (l.watched_until IS NULL OR l.watched_until <= pg_catalog.clock_timestamp())
            FOR UPDATE SKIP LOCKED
     ), gone AS (
         DELETE FROM lease.leases AS l
