@@ -18,6 +18,7 @@ mod docs;
 mod downtime;
 mod durability;
 mod extension;
+mod failover;
 mod hangs;
 mod load;
 mod node;
