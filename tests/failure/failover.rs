@@ -273,7 +273,7 @@ async fn epochs_keep_increasing_across_two_promotions_and_the_old_holder_is_refu
     assert_refused(&c, held, "holder", old).await;
     let e = granted(&c, &mut ledger, 2, k, "x1", "1 hour").await;
     assert!(
-        e >= BAND && e < 2 * BAND,
+        (BAND..2 * BAND).contains(&e),
         "{e} is not in the band of timeline 2"
     );
     assert_eq!(release(&c, k, "x1", e).await, "ok");
@@ -375,7 +375,7 @@ async fn lost_on_promotion(standby: &Node, key: &str, holder_epoch: i64) {
     );
 }
 
-/// F33 (characterisation: issue 15 part 2 must change it): with synchronous replication, a grant
+/// F33: characterisation (issue 15 part 2 must change it): with synchronous replication, a grant
 /// whose commit is waiting for the standby and is cancelled (`pg_cancel_backend`) returns to the
 /// client as **acquired**, with only a WARNING (SQLSTATE 01000): the commit is local, the standby
 /// never got it. After a failover the key goes to another owner while the first still believes it
@@ -422,7 +422,7 @@ async fn characterisation_a_cancelled_sync_rep_wait_reports_the_grant_with_a_war
     lost_on_promotion(&standby, key, epoch).await;
 }
 
-/// F34 (characterisation: issue 15 part 2 must change it): with synchronous replication, a grant
+/// F34: characterisation (issue 15 part 2 must change it): with synchronous replication, a grant
 /// whose backend is terminated (`pg_terminate_backend`) while its commit waits for the standby
 /// fails on the client (connection lost, outcome unknown), but is committed locally; the same
 /// owner's retry then returns **acquired** at once through the idempotent "already yours" path,
