@@ -428,7 +428,9 @@ async fn characterisation_a_cancelled_sync_rep_wait_reports_the_grant_with_a_war
 /// owner's retry then returns **acquired** at once through the idempotent "already yours" path,
 /// which writes nothing and so does not wait for the standby (while another grant's commit does).
 /// After a failover the key goes to another owner. Part 2 must make the idempotent path wait for
-/// the standby too.
+/// the standby too. Taking a transaction id (`pg_current_xact_id()`) is not enough: this test
+/// still passes with it, because a commit waits for the standby only if its transaction wrote WAL
+/// before the commit record (`RecordTransactionCommit`: an xid alone commits asynchronously).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn characterisation_a_retry_after_a_terminated_sync_rep_wait_is_acquired_without_waiting() {
     let key = "failover/sync/terminated";
