@@ -1,6 +1,6 @@
 //! Failure-model suite: what pg_lease guarantees when the server stops, crashes, pauses or comes
 //! back on another port, when sessions die or hang, when a TTL is too short, around the clock,
-//! purge and DROP EXTENSION, and with pooled connections.
+//! purge and DROP EXTENSION, with pooled connections, and across failovers to streaming standbys.
 //!
 //! docs/FAILURE-MODEL.md states the model and numbers its checks F1…Fn; each test's doc comment
 //! names the check it makes, and `docs::every_check_of_the_failure_model_is_a_test` keeps the two
@@ -18,6 +18,7 @@ mod docs;
 mod downtime;
 mod durability;
 mod extension;
+mod failover;
 mod hangs;
 mod load;
 mod node;

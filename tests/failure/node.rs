@@ -12,6 +12,7 @@ use futures_util::stream::poll_fn;
 use pgcluster::{Cluster, ClusterBuilder};
 use pglease_tests::{ADMIN, APP, extension_files, wanted_major};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio_postgres::error::DbError;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
 
 use crate::LIMIT;
@@ -34,6 +35,17 @@ impl Node {
     /// initdb, start, create the roles and the database, and `CREATE EXTENSION pg_lease` as
     /// [`ADMIN`] (the extension is trusted: no superuser needed).
     pub fn start() -> Node {
+        Node::start_with(None)
+    }
+
+    /// As [`start`](Self::start), but installs release `version` of pg_lease (`CREATE EXTENSION
+    /// pg_lease VERSION '...'`, from the same extension files): to show that a scenario fails on a
+    /// release older than the fix it checks.
+    pub fn start_at_version(version: &str) -> Node {
+        Node::start_with(Some(version))
+    }
+
+    fn start_with(version: Option<&str>) -> Node {
         blocking(|| {
             let major = wanted_major();
             let (control, scripts) = extension_files();
@@ -48,7 +60,13 @@ impl Node {
             node.psql("postgres", &format!("CREATE ROLE {ADMIN} LOGIN"));
             node.psql("postgres", &format!("CREATE ROLE {APP} LOGIN"));
             node.psql("postgres", &format!("CREATE DATABASE {DB} OWNER {ADMIN}"));
-            node.psql(DB, &format!("SET ROLE {ADMIN}; CREATE EXTENSION pg_lease"));
+            let version = version
+                .map(|v| format!(" VERSION '{v}'"))
+                .unwrap_or_default();
+            node.psql(
+                DB,
+                &format!("SET ROLE {ADMIN}; CREATE EXTENSION pg_lease{version}"),
+            );
             node
         })
     }
@@ -88,6 +106,113 @@ impl Node {
     /// Unfreezes a paused server.
     pub fn resume(&self) {
         self.cluster.resume();
+    }
+
+    /// A streaming standby of this node (`pg_basebackup`: the same roles, database, extension
+    /// and leases), streaming asynchronously or, if `synchronous`, as the node's synchronous
+    /// standby (commits on this node then wait for it). Returns once it streams.
+    pub fn replica(&self, synchronous: bool) -> Node {
+        let cluster = blocking(|| self.cluster.replica().synchronous(synchronous).start())
+            .unwrap_or_else(|e| panic!("could not start a standby: {e}"));
+        Node { cluster }
+    }
+
+    /// The hard crash of the whole node: every process frozen, then SIGKILLed (no walsender sends
+    /// another byte once the first process died).
+    pub fn kill_all(&mut self) {
+        blocking(|| self.cluster.kill_all()).expect("kill the whole server");
+    }
+
+    /// Promotes this standby and waits until it accepts writes; returns its new timeline.
+    pub fn promote(&self) -> u32 {
+        blocking(|| self.cluster.promote()).expect("promote the standby");
+        self.timeline()
+    }
+
+    /// The server's current WAL timeline (1 until its first promotion).
+    pub fn timeline(&self) -> u32 {
+        blocking(|| self.cluster.timeline()).expect("read the timeline")
+    }
+
+    /// Waits until this standby has replayed everything `primary` has written so far.
+    pub fn wait_for_replay(&self, primary: &Node) {
+        blocking(|| self.cluster.wait_for_replay(&primary.cluster, LIMIT))
+            .expect("the standby to replay the primary's WAL");
+    }
+
+    /// Cuts this standby off from `primary`: an empty `primary_conninfo` (`ALTER SYSTEM`, reload)
+    /// stops its WAL receiver, and the primary's walsender for it exits. Returns once the standby
+    /// has no WAL receiver and the primary no longer lists it in `pg_stat_replication`: from then
+    /// on nothing the primary writes reaches the standby (unlike a paused standby, whose socket
+    /// still buffers what the walsender sends), and a synchronous primary's commits wait.
+    pub async fn stop_streaming(&self, primary: &Node) {
+        let name = self
+            .cluster
+            .application_name()
+            .expect("a standby has an application name")
+            .to_owned();
+        let standby = self.superuser().await;
+        // Two statements: ALTER SYSTEM cannot run in the implicit transaction of a batch.
+        for sql in [
+            "ALTER SYSTEM SET primary_conninfo = ''",
+            "SELECT pg_reload_conf()",
+        ] {
+            standby
+                .batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql} on the standby: {e}"));
+        }
+        let primary = primary.superuser().await;
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let receivers: i64 = standby
+                .query_one("SELECT count(*) FROM pg_stat_wal_receiver", &[])
+                .await
+                .expect("read pg_stat_wal_receiver")
+                .get(0);
+            let senders: i64 = primary
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication WHERE application_name = $1",
+                    &[&name],
+                )
+                .await
+                .expect("read pg_stat_replication")
+                .get(0);
+            if receivers == 0 && senders == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "standby {name} still streams after {LIMIT:?} \
+                 ({receivers} WAL receiver, {senders} walsender)"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Connects as `role` and forwards the notices the server sends the session (warnings
+    /// included) to a channel.
+    pub async fn connect_noticing(&self, role: &str) -> (Client, UnboundedReceiver<DbError>) {
+        let mut config = Config::new();
+        config
+            .host_path(self.cluster.socket_dir())
+            .port(self.cluster.port())
+            .user(role)
+            .dbname(DB);
+        let (client, mut connection) = config
+            .connect(NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {DB} as {role}: {e}"));
+        let (tx, rx) = unbounded_channel();
+        tokio::spawn(async move {
+            let mut messages = poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notice(n) = message {
+                    let _ = tx.send(n);
+                }
+            }
+        });
+        (client, rx)
     }
 
     /// Sends `sig` to a process of this server (a backend pid).
