@@ -422,17 +422,16 @@ async fn characterisation_a_cancelled_sync_rep_wait_reports_the_grant_with_a_war
     lost_on_promotion(&standby, key, epoch).await;
 }
 
-/// F34: characterisation (issue 15 part 2 must change it): with synchronous replication, a grant
-/// whose backend is terminated (`pg_terminate_backend`) while its commit waits for the standby
-/// fails on the client (connection lost, outcome unknown), but is committed locally; the same
-/// owner's retry then returns **acquired** at once through the idempotent "already yours" path,
-/// which writes nothing and so does not wait for the standby (while another grant's commit does).
-/// After a failover the key goes to another owner. Part 2 must make the idempotent path wait for
-/// the standby too. Taking a transaction id (`pg_current_xact_id()`) is not enough: this test
-/// still passes with it, because a commit waits for the standby only if its transaction wrote WAL
-/// before the commit record (`RecordTransactionCommit`: an xid alone commits asynchronously).
+/// F34: with synchronous replication, a grant whose backend is terminated (`pg_terminate_backend`)
+/// while its commit waits for the standby fails on the client (connection lost, outcome unknown)
+/// but is committed locally. The same owner's retry goes through the idempotent "already yours"
+/// path, which since 0.6.0 writes the row (a no-op update), so its commit waits for the standby as
+/// well: the retry is not told "acquired" before the grant is on the standby. (Before, it returned
+/// at once; taking a transaction id alone was not enough: PostgreSQL commits a transaction that
+/// wrote no WAL asynchronously.) After a failover the unreplicated grant is gone, and the owner
+/// never heard that it had it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn characterisation_a_retry_after_a_terminated_sync_rep_wait_is_acquired_without_waiting() {
+async fn a_retry_after_a_terminated_sync_rep_wait_waits_for_the_standby_too() {
     let key = "failover/sync/terminated";
     let (mut primary, standby) = synchronous_pair_cut_off().await;
     let (x, mut notices) = primary.connect_noticing(APP).await;
@@ -461,29 +460,25 @@ async fn characterisation_a_retry_after_a_terminated_sync_rep_wait_is_acquired_w
     let (held, owner, epoch, _) = inspect(&observer, key).await.expect("committed locally");
     assert_eq!((held, owner.as_deref()), (true, Some("x")));
 
-    // A commit that writes waits for the (cut-off) standby ...
-    let other = primary.app().await;
-    let other_pid = backend_pid(&other).await;
-    let waiting = tokio::spawn(async move {
-        let _ = try_acquire(&other, "failover/sync/other", "z", "1 hour", "0").await;
-    });
-    await_sync_rep_wait(&observer, other_pid).await;
-    // ... but the same owner's retry returns at once: nothing to wait for.
+    // The same owner's retry waits for the (cut-off) standby, as any write does: no answer yet.
     let retry = primary.app().await;
-    let (acquired, again, _) = within(
-        "the same owner's retry",
-        try_acquire(&retry, key, "x", "1 hour", "0"),
-    )
-    .await
-    .expect("the retry");
-    assert!(acquired, "today the retry is told it acquired the key");
-    assert_eq!(again, Some(epoch));
+    let retry_pid = backend_pid(&retry).await;
+    let retried = tokio::spawn(async move { try_acquire(&retry, key, "x", "1 hour", "0").await });
+    await_sync_rep_wait(&observer, retry_pid).await;
+    assert!(
+        !retried.is_finished(),
+        "the retry answered before its commit reached the standby"
+    );
 
-    drop((observer, retry));
+    drop(observer);
     primary.kill_all();
-    within("the waiting grant to end with its server", waiting)
+    let answer = within("the retry to end with its server", retried)
         .await
         .unwrap();
+    assert!(
+        answer.is_err(),
+        "the retry never heard \"acquired\" for a grant the standby did not have: {answer:?}"
+    );
     lost_on_promotion(&standby, key, epoch).await;
 }
 

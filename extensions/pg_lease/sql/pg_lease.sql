@@ -436,28 +436,27 @@ BEGIN
             IF v_owner IS NULL OR v_expires_at <= pg_catalog.clock_timestamp() THEN
                 CONTINUE;                    -- freed or lapsed since the UPDATE: try again
             ELSIF v_owner = acquire.owner THEN
-                IF v_same_data IS NOT TRUE THEN
-                    -- Already ours, with other data: replace the data, nothing else. Judged again
-                    -- under the row lock: if the grant changed meanwhile, start over.
-                    UPDATE lease.leases AS l
-                       SET data = acquire.data
-                     WHERE l.key = acquire.key
-                       AND l.owner = acquire.owner
-                       AND l.epoch = v_epoch
-                       AND l.expires_at > pg_catalog.clock_timestamp()
-                    RETURNING l.watched_until > pg_catalog.clock_timestamp() INTO v_watched;
-                    CONTINUE WHEN NOT FOUND;
-                    IF v_watched THEN
-                        PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
-                    END IF;
+                -- Already ours: idempotent, nothing changes but the data (when given and other).
+                -- Still one update of the row, judged again under its lock (if the grant changed
+                -- meanwhile, start over): the grant being returned may not be durable yet where
+                -- durability is the caller's promise (a synchronous standby) — the call that made
+                -- it may have been cancelled or terminated while its commit waited for the standby.
+                -- A transaction that wrote WAL waits for the standby at commit (a transaction id
+                -- alone would not: PostgreSQL commits those asynchronously), and everything earlier
+                -- in the WAL, the grant included, is replicated before the caller hears yes.
+                UPDATE lease.leases AS l
+                   SET data = COALESCE(acquire.data, l.data)
+                 WHERE l.key = acquire.key
+                   AND l.owner = acquire.owner
+                   AND l.epoch = v_epoch
+                   AND l.expires_at > pg_catalog.clock_timestamp()
+                RETURNING v_same_data IS NOT TRUE AND l.watched_until > pg_catalog.clock_timestamp(),
+                          l.expires_at > pg_catalog.clock_timestamp()
+                     INTO v_watched, v_done;
+                CONTINUE WHEN NOT FOUND OR NOT v_done;     -- (lapsed while we waited for the row)
+                IF v_watched THEN
+                    PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
                 END IF;
-                -- Already ours: idempotent, nothing else changes. But the grant being returned may
-                -- not be durable yet where durability is the caller's promise (a synchronous
-                -- standby): the call that made it may have been cancelled while its commit waited
-                -- for the standby. Taking a transaction id makes this transaction's commit write a
-                -- commit record, and so wait for the standby like any write (everything earlier
-                -- in the WAL, the grant included, is then replicated before the caller hears yes).
-                PERFORM pg_catalog.pg_current_xact_id();
                 r.acquired := true;
                 r.epoch := v_epoch;
                 r.expires_at := v_expires_at;
