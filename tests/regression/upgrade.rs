@@ -233,15 +233,16 @@ async fn script_installs_upgraded_from_every_older_version_end_with_the_fresh_ap
 }
 
 /// Who may execute acquire and renew, as (function, grantee, grantable) lines.
-async fn execute_grants(c: &tokio_postgres::Client) -> Vec<String> {
+async fn execute_grants(c: &tokio_postgres::Client, functions: &[&str]) -> Vec<String> {
+    let functions: Vec<String> = functions.iter().map(|f| (*f).to_owned()).collect();
     c.query(
         "SELECT format('%s %s %s', p.proname,
                        CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
                        a.is_grantable)
            FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
-          WHERE p.pronamespace = 'lease'::regnamespace AND p.proname IN ('acquire', 'renew')
+          WHERE p.pronamespace = 'lease'::regnamespace AND p.proname = ANY($1)
           ORDER BY 1",
-        &[],
+        &[&functions],
     )
     .await
     .unwrap()
@@ -278,7 +279,7 @@ async fn updating_to_0_3_0_keeps_the_execute_privileges_of_acquire_and_renew() {
             ))
             .await
             .unwrap();
-        let before = execute_grants(&s.connect_super(&db).await).await;
+        let before = execute_grants(&s.connect_super(&db).await, &["acquire", "renew"]).await;
         assert!(
             !before.iter().any(|g| g.starts_with("renew PUBLIC")),
             "the narrowing took effect: {before:?}"
@@ -292,7 +293,7 @@ async fn updating_to_0_3_0_keeps_the_execute_privileges_of_acquire_and_renew() {
                 .await
                 .unwrap();
         }
-        let after = execute_grants(&s.connect_super(&db).await).await;
+        let after = execute_grants(&s.connect_super(&db).await, &["acquire", "renew"]).await;
         assert_eq!(
             after, before,
             "privileges after the update (script: {via_script})"
@@ -312,25 +313,8 @@ async fn updating_to_0_3_0_keeps_the_execute_privileges_of_acquire_and_renew() {
     }
 }
 
-/// Who may execute the functions that 0.6.0 drops and re-creates, as (function, grantee,
-/// grantable) lines.
-async fn execute_grants_of_0_6_0_recreations(c: &tokio_postgres::Client) -> Vec<String> {
-    c.query(
-        "SELECT format('%s %s %s', p.proname,
-                       CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
-                       a.is_grantable)
-           FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
-          WHERE p.pronamespace = 'lease'::regnamespace
-            AND p.proname IN ('acquire', 'renew', 'inspect', 'list')
-          ORDER BY 1",
-        &[],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
-}
+/// The functions 0.6.0 drops and re-creates.
+const RECREATED_IN_0_6_0: &[&str] = &["acquire", "renew", "inspect", "list"];
 
 /// 0.6.0 drops and re-creates acquire, renew, inspect and list (a `data` parameter, a `data`
 /// column); an administrator's narrowing of who may call them must survive, on both installation
@@ -361,7 +345,7 @@ async fn updating_to_0_6_0_keeps_the_execute_privileges_of_the_functions_it_recr
             ))
             .await
             .unwrap();
-        let before = execute_grants_of_0_6_0_recreations(&s.connect_super(&db).await).await;
+        let before = execute_grants(&s.connect_super(&db).await, RECREATED_IN_0_6_0).await;
         assert!(
             before.iter().any(|g| g == "list PUBLIC f"),
             "list keeps the default: {before:?}"
@@ -375,7 +359,7 @@ async fn updating_to_0_6_0_keeps_the_execute_privileges_of_the_functions_it_recr
                 .unwrap();
         }
         let su = s.connect_super(&db).await;
-        let after = execute_grants_of_0_6_0_recreations(&su).await;
+        let after = execute_grants(&su, RECREATED_IN_0_6_0).await;
         assert_eq!(
             after, before,
             "privileges after the update (script: {via_script})"
