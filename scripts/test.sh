@@ -24,11 +24,12 @@ bounded() {
   }
 }
 
-# Debian tools the suites drive for real: PgBouncer (the client's pooler fallback) and tmux (the
-# CLI's terminal test). Installed when missing; as a non-root user, install them yourself.
+# Debian tools the suites drive for real: PgBouncer (the client's pooler fallback), tmux (the
+# CLI's terminal test) and libfaketime (one server of a replicated pair on a skewed clock). Installed when missing; as a non-root user, install them yourself.
 need=()
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || need+=(pgbouncer)
 command -v tmux >/dev/null || need+=(tmux)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     say "installing Debian packages the suites need: ${need[*]} (apt-get update && apt-get install; install them yourself beforehand to skip this)"

@@ -482,6 +482,66 @@ async fn a_retry_after_a_terminated_sync_rep_wait_waits_for_the_standby_too() {
     lost_on_promotion(&standby, key, epoch).await;
 }
 
+/// Seconds from `expires_at` of `key` to the clock of the server `c` is connected to.
+async fn seconds_left(c: &Client, key: &str) -> f64 {
+    c.query_one(
+        "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM lease.inspect($1)",
+        &[&key],
+    )
+    .await
+    .expect("inspect the key")
+    .get(0)
+}
+
+/// The clock of the server `c` is connected to, in seconds since the epoch.
+async fn server_clock(c: &Client) -> f64 {
+    c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[])
+        .await
+        .expect("read the clock")
+        .get(0)
+}
+
+/// Seconds `b`'s clock is ahead of `a`'s (one reading each, taken one after the other).
+async fn clock_ahead(a: &Client, b: &Client) -> f64 {
+    let ta = server_clock(a).await;
+    server_clock(b).await - ta
+}
+
+/// F36: characterisation of the clock assumption between nodes. A promoted standby judges expiry
+/// by its own clock against `expires_at` written by the old primary's clock. With the standby's
+/// clock 20 s ahead, a 30 s grant made on the primary has about 10 s left on the promoted node,
+/// and another owner can be granted the key then — while its holder, by its own monotonic clock,
+/// still counts on about 30 s. A clock behind lengthens leases the same way. Node clocks must
+/// agree far better than the ttls in use (NTP); SEMANTICS.md §8, FAILURE-MODEL.md §2.14.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_with_a_clock_ahead_shortens_every_lease_by_the_skew() {
+    let key = "failover/clock/ahead";
+    let mut primary = Node::start();
+    let mut standby = primary.replica(false);
+    standby.skew_clock("+20s");
+    let skew = clock_ahead(&primary.superuser().await, &standby.superuser().await).await;
+    assert!(
+        (15.0..25.0).contains(&skew),
+        "the standby runs about 20 s ahead (measured {skew:.1} s)"
+    );
+
+    let c = primary.app().await;
+    grant(&c, key, "x", "30 seconds").await;
+    let left_on_primary = seconds_left(&c, key).await;
+    standby.wait_for_replay(&primary);
+    drop(c);
+    primary.kill_all();
+    assert_eq!(standby.promote(), 2);
+    let s = standby.app().await;
+    let left_on_promoted = seconds_left(&s, key).await;
+    let lost = left_on_primary - left_on_promoted;
+    assert!(
+        (15.0..25.0).contains(&lost),
+        "the promoted node cut the lease by about the skew: {left_on_primary:.1} s left on the \
+         primary, {left_on_promoted:.1} s on the promoted standby"
+    );
+}
+
 const KEYS: usize = 4;
 const WORKERS: usize = 4;
 /// Random operations each worker makes on the promoted standby.

@@ -17,6 +17,9 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
 
 use crate::LIMIT;
 
+/// Debian's libfaketime (package `libfaketime`), preloaded to skew one server's clock.
+pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// The database every node installs pg_lease into.
 pub const DB: &str = "leases";
 
@@ -115,6 +118,20 @@ impl Node {
         let cluster = blocking(|| self.cluster.replica().synchronous(synchronous).start())
             .unwrap_or_else(|e| panic!("could not start a standby: {e}"));
         Node { cluster }
+    }
+
+    /// Restarts this server on a clock `offset` from the machine's (libfaketime's `FAKETIME`
+    /// syntax, e.g. `+20s`), through `LD_PRELOAD` of Debian's libfaketime (installed by the test
+    /// command). A standby keeps streaming after the restart.
+    pub fn skew_clock(&mut self, offset: &str) {
+        let lib = FAKETIME_LIB;
+        assert!(
+            std::path::Path::new(lib).exists(),
+            "{lib} is missing: install Debian's libfaketime (scripts/test.sh does)"
+        );
+        self.cluster.set_server_env("LD_PRELOAD", lib);
+        self.cluster.set_server_env("FAKETIME", offset);
+        blocking(|| self.cluster.restart()).expect("restart on a skewed clock");
     }
 
     /// The hard crash of the whole node: every process frozen, then SIGKILLed (no walsender sends

@@ -54,6 +54,8 @@ pub struct Cluster {
     keep: bool,
     /// The `application_name` it streams under, for a cluster made as a standby.
     application_name: Option<String>,
+    /// Extra environment of the server process (from the next start).
+    server_env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -85,6 +87,7 @@ impl Cluster {
             registry_id,
             keep,
             application_name: None,
+            server_env: Vec::new(),
         })
     }
 
@@ -225,6 +228,26 @@ impl Cluster {
                 seconds: SERVER_TIMEOUT.as_secs(),
             })
         }
+    }
+
+    /// Sets an environment variable of the server process, from its next start
+    /// ([`restart`](Self::restart)) on: e.g. `LD_PRELOAD` and `FAKETIME` to run one node of a
+    /// replicated pair on a skewed clock (libfaketime). `PG*` variables are not passed on.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(standby: &mut pgcluster::Cluster) -> pgcluster::Result<()> {
+    /// standby.set_server_env("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1");
+    /// standby.set_server_env("FAKETIME", "+20s");
+    /// standby.restart()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_server_env(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        let name = name.into();
+        self.server_env.retain(|(k, _)| *k != name);
+        self.server_env.push((name, value.into()));
     }
 
     /// [`stop`](Self::stop) followed by [`start`](Self::start).
@@ -517,6 +540,11 @@ impl Cluster {
             .stderr(log2)
             .process_group(0);
         user::prepare_server_command(&mut cmd, self.user.as_ref(), &self.base);
+        for (k, v) in &self.server_env {
+            if !k.starts_with("PG") {
+                cmd.env(k, v);
+            }
+        }
         let child = cmd.spawn().ctx("starting", &postgres).map_err(plain)?;
         let pid = child.id() as i32;
         registry::set_pid(self.registry_id, Some(pid));
