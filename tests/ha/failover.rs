@@ -1,0 +1,421 @@
+//! Automatic failover under Patroni, seen by a `pglease::Client` holding leases through a
+//! multi-host connection string.
+//!
+//! - H1, synchronous replication (Patroni's `synchronous_mode`): a lease granted before the crash
+//!   is on the standby before the client hears of it, so the client keeps renewing it on the new
+//!   primary, at the same epoch, without ever reporting it lost, as long as the failover takes less
+//!   than the lease's ttl (60 s here; Patroni's ttl is 20 s).
+//! - H2, asynchronous replication (Patroni's default): grants the standby never received are
+//!   lost. Made deterministic by freezing (SIGSTOP) the leader's walsender for the replica before
+//!   those grants, after the replica had replayed everything before them: a frozen walsender sends
+//!   nothing more, and it dies frozen with the rest of the node. Asserted: no epoch goes back (the
+//!   successor's epochs exceed every epoch the client was told before, by the timeline band of pg_lease
+//!   0.6.0: at least `(t - 1) * 2^40` on timeline t); `lease.fence` on the new primary refuses the
+//!   old holder's epoch and accepts the successor's; the old holder's keepalive reports the loss
+//!   (`not_owner`: its renewal reached the new primary and was refused), before its own deadline;
+//!   a grant the standby did receive survives.
+//!
+//! Each prints what it measured: the failover time (SIGKILL of the leader's node to the new primary
+//! accepting writes, and to Patroni reporting it as primary), the client's failed renewals and
+//! their errors, and the longest time without a confirmed renewal.
+
+use std::time::{Duration, Instant};
+
+use pglease::{Client, LeaseGuard, LostReason};
+use tokio_postgres::Config;
+
+use crate::observe::{self, Renewals};
+use crate::patroni::{self, HaCluster, Options, poll_for};
+use crate::{LIMIT, procs};
+
+/// The band of timeline 2 (2^40): every grant after the first promotion is at least this.
+const BAND: i64 = 1 << 40;
+/// The leases' ttl: longer than a failover (Patroni's ttl, 20 s, plus the promotion).
+const TTL: Duration = Duration::from_secs(60);
+/// Renew every 3 s (a twentieth of the ttl), so the client meets the failover several times.
+const RENEW_FRACTION: f64 = 0.05;
+/// The longest a failover, or the client's recovery from one, may take before the test fails.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(90);
+
+/// A client of owner `owner` through the multi-host connection string.
+async fn client(ha: &HaCluster, owner: &str) -> Client {
+    Client::builder()
+        .owner(owner)
+        .renew_fraction(RENEW_FRACTION)
+        .connect_timeout(Duration::from_secs(2))
+        .max_connections(4)
+        .connect(&ha.conninfo())
+        .await
+        .unwrap_or_else(|e| panic!("client {owner}: {e}"))
+}
+
+/// Installs pg_lease on the leader as [`patroni::OWNER`] with the Rust installer (the scripts it
+/// carries, run in one transaction: no extension files in the server's installation), and a table
+/// for guarded writes.
+async fn install(ha: &HaCluster) {
+    let mut s = ha.owner_session(0).await;
+    let installed = pglease::install(&mut s).await.expect("pglease::install");
+    assert_eq!(installed.version, pglease::VERSION);
+    s.batch_execute(
+        "CREATE TABLE guarded (key text NOT NULL, owner text NOT NULL, epoch bigint NOT NULL)",
+    )
+    .await
+    .expect("create the guarded table");
+}
+
+/// A write guarded by `lease.fence` on the node that accepts writes (a fresh multi-host session):
+/// `BEGIN; SELECT lease.fence(key, owner, epoch); INSERT ...; COMMIT`. `Err` carries the fence's
+/// SQLSTATE.
+async fn guarded_write(ha: &HaCluster, key: &str, owner: &str, epoch: i64) -> Result<(), String> {
+    let config: Config = ha.conninfo().parse().expect("a valid conninfo");
+    let mut c = patroni::connect(config).await.expect("a read-write session");
+    let tx = c.transaction().await.expect("BEGIN");
+    if let Err(e) = pglease::fence(&tx, key, owner, epoch).await {
+        assert!(e.is_fenced(), "lease.fence failed otherwise: {e}");
+        return Err(e.code().unwrap_or("?").to_owned());
+    }
+    tx.execute(
+        "INSERT INTO guarded VALUES ($1, $2, $3)",
+        &[&key, &owner, &epoch],
+    )
+    .await
+    .expect("the guarded insert");
+    tx.commit().await.expect("COMMIT");
+    Ok(())
+}
+
+/// Waits (at most `limit`) until `key`'s keepalive has confirmed `n` renewals after `after`, asserting
+/// on every poll that `lease` is still held; returns their instants.
+async fn await_renewals(
+    lease: &LeaseGuard,
+    after: Instant,
+    n: usize,
+    limit: Duration,
+) -> Vec<Instant> {
+    let key = lease.key().to_owned();
+    poll_for(
+        &format!("{n} confirmed renewals of {key}"),
+        limit,
+        || async {
+            assert_eq!(lease.ended(), None, "{key} was lost");
+            Renewals::of(&key).confirmed_after(after).len() >= n
+        },
+    )
+    .await;
+    Renewals::of(&key).confirmed_after(after)
+}
+
+/// Times of one failover.
+struct Failover {
+    /// The last SIGKILL to the old leader's node.
+    killed: Instant,
+    /// The new leader's Patroni first reported it as primary.
+    patroni_primary: Instant,
+    /// The new primary first accepted a write.
+    writable: Instant,
+    /// The new primary's timeline.
+    timeline: u32,
+}
+
+impl Failover {
+    fn describe(&self) -> String {
+        format!(
+            "SIGKILL of the leader's node -> new primary accepts writes {:.1} s, \
+             Patroni reports it primary {:.1} s; timeline {}",
+            secs(self.writable - self.killed),
+            secs(self.patroni_primary - self.killed),
+            self.timeline
+        )
+    }
+}
+
+/// Crashes node 1 (the leader) and waits for Patroni to promote node 2 by itself.
+async fn fail_over(ha: &mut HaCluster) -> Failover {
+    assert!(
+        tokio::task::block_in_place(|| ha.node(0).is_primary()),
+        "node1 is the leader before the crash"
+    );
+    let killed = tokio::task::block_in_place(|| ha.kill_node(0));
+    let (patroni_primary, writable) = ha.await_leader(1).await;
+    let timeline = ha.timeline(1).await;
+    Failover {
+        killed,
+        patroni_primary,
+        writable,
+        timeline,
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// What a lease's keepalive went through around the failover, as one line.
+fn describe_renewals(key: &str, fo: &Failover) -> String {
+    let r = Renewals::of(key);
+    let last_before = r.confirmed.iter().copied().filter(|&c| c < fo.killed).max();
+    let first_after = r.confirmed_after(fo.killed).first().copied();
+    let gap = match (last_before, first_after) {
+        (Some(b), Some(a)) => format!("{:.1} s", secs(a - b)),
+        _ => "-".to_owned(),
+    };
+    let first = first_after.map_or("-".to_owned(), |a| {
+        format!(
+            "{:.1} s after the kill, {:.1} s after the new primary accepted writes",
+            secs(a - fo.killed),
+            secs(a.saturating_duration_since(fo.writable))
+        )
+    });
+    let errors: Vec<String> = r
+        .error_kinds()
+        .into_iter()
+        .map(|(n, e)| format!("{n}x \"{e}\""))
+        .collect();
+    format!(
+        "{key}: {} failed renewals ({}); first confirmed renewal after the crash {first}; \
+         longest time without a confirmed renewal {gap} (ttl {} s, renewals every {:.0} s)",
+        r.failed.len(),
+        if errors.is_empty() {
+            "none".to_owned()
+        } else {
+            errors.join(", ")
+        },
+        TTL.as_secs(),
+        secs(TTL.mul_f64(RENEW_FRACTION))
+    )
+}
+
+/// H1: with synchronous replication (Patroni's `synchronous_mode`), a lease held across an
+/// automatic failover stays held: the client keeps renewing it on the new primary at the same
+/// epoch, never reports it lost, and another owner is refused the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs etcd and Patroni: run scripts/ha-test.sh"]
+async fn a_lease_held_across_an_automatic_failover_with_synchronous_replication_stays_held() {
+    observe::install();
+    let mut ha = HaCluster::start(Options { synchronous: true }).await;
+    install(&ha).await;
+    let key = "ha/sync/job";
+    let a = client(&ha, "holder-a").await;
+    let lease = a
+        .try_acquire(key, TTL)
+        .await
+        .expect("acquire")
+        .expect("a free key is granted");
+    let epoch = lease.epoch();
+
+    // The synchronous standby had the grant before the client heard of it.
+    let standby = ha.owner_session(1).await;
+    let seen = pglease::inspect(&standby, key)
+        .await
+        .expect("inspect on the standby")
+        .expect("the standby has the key");
+    assert!(seen.held, "the standby sees the key held");
+    assert_eq!(seen.owner.as_deref(), Some("holder-a"));
+    assert_eq!(seen.epoch, epoch);
+    drop(standby);
+    await_renewals(&lease, Instant::now(), 1, LIMIT).await;
+
+    let fo = fail_over(&mut ha).await;
+    assert_eq!(fo.timeline, 2, "one promotion");
+
+    // Renewed on the new primary, twice, without ever being lost.
+    await_renewals(&lease, fo.killed, 2, FAILOVER_LIMIT).await;
+    assert_eq!(lease.epoch(), epoch, "the epoch never changes");
+    let s = ha.owner_session(1).await;
+    let now = pglease::inspect(&s, key)
+        .await
+        .expect("inspect on the new primary")
+        .expect("the new primary has the key");
+    assert!(now.held, "held on the new primary");
+    assert_eq!(now.owner.as_deref(), Some("holder-a"));
+    assert_eq!(now.epoch, epoch, "the same epoch on the new primary");
+
+    // Another owner is refused; the holder's guarded write passes the fence, the other's does not.
+    let b = client(&ha, "holder-b").await;
+    assert!(
+        b.try_acquire(key, TTL).await.expect("acquire").is_none(),
+        "another owner is refused the held key on the new primary"
+    );
+    guarded_write(&ha, key, "holder-a", epoch)
+        .await
+        .expect("the holder's guarded write on the new primary");
+    assert_eq!(
+        guarded_write(&ha, key, "holder-b", epoch).await,
+        Err("LE001".to_owned())
+    );
+
+    let renewals = Renewals::of(key);
+    assert!(renewals.lost.is_none(), "never reported lost");
+    eprintln!("H1 (synchronous_mode): {}", fo.describe());
+    eprintln!("H1 (synchronous_mode): {}", describe_renewals(key, &fo));
+    lease.release().await.expect("release on the new primary");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// H2: with asynchronous replication (Patroni's default), a failover loses the grants the standby
+/// never received; still no epoch goes back, `lease.fence` on the new primary accepts only the
+/// successor's epoch, and the holder whose grant was lost is told by its keepalive (its renewal is
+/// refused there) before its own deadline. A grant the standby had survives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs etcd and Patroni: run scripts/ha-test.sh"]
+async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tells_its_holder() {
+    observe::install();
+    let mut ha = HaCluster::start(Options { synchronous: false }).await;
+    install(&ha).await;
+    let (kept, lost, history, fresh) = (
+        "ha/async/kept",
+        "ha/async/lost",
+        "ha/async/history",
+        "ha/async/fresh",
+    );
+    let a = client(&ha, "holder-a").await;
+    // Every epoch holder-a was told on timeline 1.
+    let mut told: Vec<(&str, i64)> = Vec::new();
+
+    // Replicated: `history` granted and released twice, `kept` held.
+    for _ in 0..2 {
+        let l = a.try_acquire(history, TTL).await.expect("acquire").expect("granted");
+        told.push((history, l.epoch()));
+        l.release().await.expect("release");
+    }
+    let kept_lease = a.try_acquire(kept, TTL).await.expect("acquire").expect("granted");
+    told.push((kept, kept_lease.epoch()));
+    ha.await_replay(0, 1).await;
+
+    // Cut the replica off: freeze the walsender that streams to it. Nothing written from now on
+    // reaches it (it already replayed everything before).
+    let walsender = ha.walsender_pid(0, 1).await;
+    assert!(procs::signal(walsender, libc::SIGSTOP), "SIGSTOP the walsender");
+    assert!(procs::wait_stopped(walsender, LIMIT), "the walsender stops");
+    let cut = Instant::now();
+
+    // Acknowledged on the leader only: `history` granted (epoch 5) and released, `lost` granted,
+    // and a renewal of `kept`.
+    let l = a.try_acquire(history, TTL).await.expect("acquire").expect("granted");
+    told.push((history, l.epoch()));
+    l.release().await.expect("release");
+    let lost_lease = a.try_acquire(lost, TTL).await.expect("acquire").expect("granted");
+    let lost_epoch = lost_lease.epoch();
+    told.push((lost, lost_epoch));
+    await_renewals(&kept_lease, cut, 1, LIMIT).await;
+    let client_kept_expiry = kept_lease.expires_at().expect("held");
+
+    // The replica has none of it.
+    let standby = ha.owner_session(1).await;
+    assert!(
+        pglease::inspect(&standby, lost).await.expect("inspect").is_none(),
+        "the standby never heard of {lost}"
+    );
+    let h = pglease::inspect(&standby, history)
+        .await
+        .expect("inspect")
+        .expect("the standby has history's first grants");
+    assert!(!h.held);
+    assert_eq!(
+        h.epoch,
+        told[1].1 + 1,
+        "the standby's history of the key ends with the second release"
+    );
+    let standby_kept = pglease::inspect(&standby, kept)
+        .await
+        .expect("inspect")
+        .expect("the standby has kept");
+    assert_eq!(standby_kept.epoch, kept_lease.epoch());
+    let standby_kept_expiry = standby_kept.expires_at.expect("held");
+    drop(standby);
+    let max_told = told.iter().map(|&(_, e)| e).max().expect("epochs");
+
+    let fo = fail_over(&mut ha).await;
+    assert_eq!(fo.timeline, 2, "one promotion");
+    let band = i64::from(fo.timeline - 1) * BAND;
+
+    // The new primary lacks the grants its standby never received.
+    let s = ha.owner_session(1).await;
+    assert!(
+        pglease::inspect(&s, lost).await.expect("inspect").is_none(),
+        "{lost}'s grant was lost"
+    );
+
+    // A successor at once, racing the old holder's keepalive.
+    let b = client(&ha, "holder-b").await;
+    let successor = b
+        .try_acquire(lost, TTL)
+        .await
+        .expect("acquire")
+        .expect("the lost key is free on the new primary");
+    let successor_granted = Instant::now();
+    assert!(
+        successor.epoch() > max_told && successor.epoch() >= band,
+        "successor epoch {} above every epoch told before ({max_told}) and in the band {band}",
+        successor.epoch()
+    );
+    let old_holder_told = lost_lease.ended().is_some();
+
+    // Guards on the new primary accept only the successor's epoch.
+    let refused = guarded_write(&ha, lost, "holder-a", lost_epoch).await;
+    assert!(
+        matches!(refused.as_ref().map_err(String::as_str), Err("LE001" | "LE003")),
+        "the old holder's epoch is fenced off: {refused:?}"
+    );
+    guarded_write(&ha, lost, "holder-b", successor.epoch())
+        .await
+        .expect("the successor's guarded write");
+
+    // The old holder is told by its keepalive: its renewal was refused, not merely late.
+    let reason = tokio::time::timeout(FAILOVER_LIMIT, lost_lease.lost())
+        .await
+        .expect("the old holder learns of the loss");
+    assert_eq!(reason, LostReason::NotOwner, "refused by the new primary");
+    let (told_at, _) = Renewals::of(lost).lost.expect("a `lease lost` event");
+
+    // Every grant after the failover is above every epoch told before.
+    for key in [history, fresh] {
+        let l = b.try_acquire(key, TTL).await.expect("acquire").expect("free");
+        assert!(
+            l.epoch() > max_told && l.epoch() >= band,
+            "{key}: epoch {} after the failover, told {max_told} before",
+            l.epoch()
+        );
+        l.release().await.expect("release");
+    }
+
+    // The grant the standby had survives: still renewed, same epoch, refused to another owner.
+    await_renewals(&kept_lease, fo.killed, 1, FAILOVER_LIMIT).await;
+    let k = pglease::inspect(&s, kept)
+        .await
+        .expect("inspect")
+        .expect("kept");
+    assert!(k.held);
+    assert_eq!(k.owner.as_deref(), Some("holder-a"));
+    assert_eq!(k.epoch, kept_lease.epoch());
+    assert!(b.try_acquire(kept, TTL).await.expect("acquire").is_none());
+    assert!(Renewals::of(kept).lost.is_none(), "kept never reported lost");
+
+    eprintln!("H2 (asynchronous): {}", fo.describe());
+    eprintln!(
+        "H2 (asynchronous): {lost}: granted at epoch {lost_epoch} on timeline 1, lost; the \
+         successor was granted epoch {} ({:.1} s after the new primary accepted writes), the \
+         old holder was told ({reason}) {:.1} s after the new primary accepted writes, {} the \
+         successor's grant",
+        successor.epoch(),
+        secs(successor_granted - fo.writable),
+        secs(told_at.saturating_duration_since(fo.writable)),
+        if old_holder_told { "before" } else { "after" }
+    );
+    eprintln!("H2 (asynchronous): {}", describe_renewals(lost, &fo));
+    eprintln!("H2 (asynchronous): {}", describe_renewals(kept, &fo));
+    eprintln!(
+        "H2 (asynchronous): {kept}: the new primary's expiry was {:.1} s behind the one the \
+         client was last told (renewals the standby never received)",
+        secs(
+            client_kept_expiry
+                .duration_since(standby_kept_expiry)
+                .unwrap_or_default()
+        )
+    );
+    successor.release().await.expect("release");
+    kept_lease.release().await.expect("release");
+    a.shutdown().await;
+    b.shutdown().await;
+}
