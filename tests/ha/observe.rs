@@ -43,7 +43,8 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.message = value.to_owned();
         } else {
-            self.fields.insert(field.name().to_owned(), value.to_owned());
+            self.fields
+                .insert(field.name().to_owned(), value.to_owned());
         }
     }
 
@@ -122,7 +123,8 @@ impl Renewals {
                     r.failed.push((e.at, error));
                 }
                 "lease lost" => {
-                    r.lost.get_or_insert((e.at, e.field("reason").unwrap_or("?").to_owned()));
+                    r.lost
+                        .get_or_insert((e.at, e.field("reason").unwrap_or("?").to_owned()));
                 }
                 _ => {}
             }

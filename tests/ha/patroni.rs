@@ -372,12 +372,18 @@ impl HaCluster {
             .expect("pg_current_wal_lsn")
             .get(0);
         let r = self.nodes[replica].superuser("postgres").await;
-        poll(&format!("{} to replay up to {lsn}", self.nodes[replica].name), || async {
-            r.query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn])
+        poll(
+            &format!("{} to replay up to {lsn}", self.nodes[replica].name),
+            || async {
+                r.query_one(
+                    "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                    &[&lsn],
+                )
                 .await
                 .expect("pg_last_wal_replay_lsn")
                 .get::<_, bool>(0)
-        })
+            },
+        )
         .await;
     }
 
@@ -465,9 +471,15 @@ impl HaCluster {
         let deadline = Instant::now() + LIMIT;
         while !rest::get(client, "/health").is_some_and(|(c, b)| c == 200 && b.contains("true")) {
             if let Some(status) = self.etcd.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("etcd exited ({status}):\n{}", tail(&self.base.join("etcd.log"), 30));
+                panic!(
+                    "etcd exited ({status}):\n{}",
+                    tail(&self.base.join("etcd.log"), 30)
+                );
             }
-            assert!(Instant::now() < deadline, "etcd not healthy within {LIMIT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "etcd not healthy within {LIMIT:?}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         for (path, body) in [
@@ -476,7 +488,10 @@ impl HaCluster {
                 "/v3/auth/user/add",
                 format!(r#"{{"name":"root","password":"{password}"}}"#),
             ),
-            ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#.to_owned()),
+            (
+                "/v3/auth/user/grant",
+                r#"{"user":"root","role":"root"}"#.to_owned(),
+            ),
             ("/v3/auth/enable", "{}".to_owned()),
         ] {
             let answer = rest::post(client, path, &body);
@@ -534,7 +549,10 @@ impl HaCluster {
 
     /// Prints the tail of every log (for a failing test).
     fn print_logs(&self) {
-        eprintln!("--- etcd.log (tail)\n{}", tail(&self.base.join("etcd.log"), 20));
+        eprintln!(
+            "--- etcd.log (tail)\n{}",
+            tail(&self.base.join("etcd.log"), 20)
+        );
         for node in &self.nodes {
             eprintln!(
                 "--- {} patroni.log (tail, without 'no action' lines)\n{}",
