@@ -226,6 +226,7 @@ fn every_test_named_in_invariants_md_exists_and_every_invariant_has_one() {
         ("failure", "tests/failure"),
         ("history", "tests/history"),
         ("hostile", "tests/hostile"),
+        ("ha", "tests/ha"),
         ("client", "crates/pglease/tests/it"),
     ];
     let mut cited = 0;
