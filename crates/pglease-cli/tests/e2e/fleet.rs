@@ -442,10 +442,12 @@ fn configure_shows_and_changes_the_ttl_cap_and_the_failover_quarantine() {
         set["quarantine_until"].clone(),
     );
     // A ttl above the cap is refused by the server (exit 1, 22023); at the cap it is granted.
-    let refused = case.pglease(["acquire", "capped", "--ttl", "2m"]).output();
+    let refused = case
+        .pglease(["acquire", "--key", "capped", "--ttl", "2m"])
+        .output();
     refused.expect_code(1);
     assert!(refused.stderr().contains("22023"), "{}", refused.report());
-    case.pglease(["acquire", "capped", "--ttl", "1m"])
+    case.pglease(["acquire", "--key", "capped", "--ttl", "1m"])
         .expect_code(0);
 
     // An option not given keeps its value; a quarantine shorter than the cap is refused.
