@@ -15,7 +15,7 @@
 //!   deadpool-postgres pool.
 //! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`inspect`], [`list`],
 //!   [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`], [`list_slots`],
-//!   [`register_slot_waiter`], [`fence()`]): one async function per SQL function, generic over
+//!   [`register_slot_waiter`], [`fence()`], [`configure`], [`configuration`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
@@ -101,6 +101,7 @@ mod rows;
 mod acquire;
 mod builder;
 mod client;
+mod confirmed;
 mod identity;
 mod retry;
 mod slots;
@@ -130,10 +131,12 @@ mod trace;
 pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    MAX_DURATION, acquire, acquire_slot, fence, inspect, list, list_slots, purge,
-    register_slot_waiter, register_waiter, release, renew, renew_many, slot_key, watch,
+    MAX_DURATION, acquire, acquire_slot, configuration, configure, fence, inspect, list,
+    list_slots, purge, register_slot_waiter, register_waiter, release, renew, renew_many, slot_key,
+    watch,
 };
 pub use client::Client;
+pub use confirmed::{ConfirmedConnect, drive_connection};
 pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
 pub use extension::{
@@ -147,8 +150,8 @@ pub use install::{Installed, Via, check_version, create_extension, install, inst
 pub use lease::Lease;
 pub use lost::LostReason;
 pub use results::{
-    Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status,
-    Waiter, Watched,
+    Configuration, Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState,
+    SlotWaiter, Status, Waiter, Watched,
 };
 pub use semaphore::Semaphore;
 

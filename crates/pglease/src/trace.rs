@@ -32,6 +32,9 @@ pub(crate) const WAIT: &str = "pglease::wait";
 pub(crate) const ELECTION: &str = "pglease::election";
 /// The client's listening connection (`LISTEN` for release notifications).
 pub(crate) const LISTENER: &str = "pglease::listener";
+/// The client's pooled connections: one closed because a commit was not confirmed by the
+/// synchronous standby (`warn`), server notices (`debug`).
+pub(crate) const CONNECTION: &str = "pglease::connection";
 /// The plain calls of the SQL API ([`crate::acquire`], [`crate::renew`], [`crate::release`],
 /// [`crate::purge`]), on whatever connection or transaction the caller passes.
 pub(crate) const CALL: &str = "pglease::call";
