@@ -14,6 +14,9 @@
 //!   old holder's epoch and accepts the successor's; the old holder's keepalive reports the loss
 //!   (`not_owner`: its renewal reached the new primary and was refused), before its own deadline;
 //!   a grant the standby did receive survives.
+//! - H3, asynchronous with pg_lease 0.7.0's failover quarantine on (`lease.configure`): the same lost
+//!   grant, but the new primary grants the key to nobody (LE004) until the quarantine has run out,
+//!   and by then the old holder's keepalive has reported the loss.
 //!
 //! Each prints what it measured: the failover time (SIGKILL of the leader's node to the new primary
 //! accepting writes, and to Patroni reporting it as primary), the client's failed renewals and
@@ -106,6 +109,20 @@ async fn await_renewals(
     )
     .await;
     Renewals::of(&key).confirmed_after(after)
+}
+
+/// Cuts node 2 off from node 1 once it has replayed everything node 1 wrote so far: freezes
+/// (SIGSTOP) the walsender that streams to it, so nothing node 1 writes from then on reaches it (a
+/// frozen walsender sends nothing, and dies frozen with its node). Returns when it was stopped.
+async fn cut_off_the_replica(ha: &HaCluster) -> Instant {
+    ha.await_replay(0, 1).await;
+    let walsender = ha.walsender_pid(0, 1).await;
+    assert!(
+        procs::signal(walsender, libc::SIGSTOP),
+        "SIGSTOP the walsender"
+    );
+    assert!(procs::wait_stopped(walsender, LIMIT), "the walsender stops");
+    Instant::now()
 }
 
 /// Times of one failover.
@@ -202,8 +219,8 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// What a lease's keepalive went through around the failover, as one line.
-fn describe_renewals(key: &str, fo: &Failover) -> String {
+/// What the keepalive of a lease of `ttl` went through around the failover, as one line.
+fn describe_renewals(key: &str, ttl: Duration, fo: &Failover) -> String {
     let r = Renewals::of(key);
     let last_before = r.confirmed.iter().copied().filter(|&c| c < fo.killed).max();
     let first_after = r.confirmed_after(fo.killed).first().copied();
@@ -225,15 +242,15 @@ fn describe_renewals(key: &str, fo: &Failover) -> String {
         .collect();
     format!(
         "{key}: {} failed renewals ({}); first confirmed renewal after the crash {first}; \
-         longest time without a confirmed renewal {gap} (ttl {} s, renewals every {:.0} s)",
+         longest time without a confirmed renewal {gap} (ttl {} s, renewals every {:.1} s)",
         r.failed.len(),
         if errors.is_empty() {
             "none".to_owned()
         } else {
             errors.join(", ")
         },
-        TTL.as_secs(),
-        secs(TTL.mul_f64(RENEW_FRACTION))
+        ttl.as_secs(),
+        secs(ttl.mul_f64(RENEW_FRACTION))
     )
 }
 
@@ -299,7 +316,10 @@ async fn a_lease_held_across_an_automatic_failover_with_synchronous_replication_
     let renewals = Renewals::of(key);
     assert!(renewals.lost.is_none(), "never reported lost");
     eprintln!("H1 (synchronous_mode): {}", fo.describe());
-    eprintln!("H1 (synchronous_mode): {}", describe_renewals(key, &fo));
+    eprintln!(
+        "H1 (synchronous_mode): {}",
+        describe_renewals(key, TTL, &fo)
+    );
     lease.release().await.expect("release on the new primary");
     a.shutdown().await;
     b.shutdown().await;
@@ -341,17 +361,7 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
         .expect("acquire")
         .expect("granted");
     told.push((kept, kept_lease.epoch()));
-    ha.await_replay(0, 1).await;
-
-    // Cut the replica off: freeze the walsender that streams to it. Nothing written from now on
-    // reaches it (it already replayed everything before).
-    let walsender = ha.walsender_pid(0, 1).await;
-    assert!(
-        procs::signal(walsender, libc::SIGSTOP),
-        "SIGSTOP the walsender"
-    );
-    assert!(procs::wait_stopped(walsender, LIMIT), "the walsender stops");
-    let cut = Instant::now();
+    let cut = cut_off_the_replica(&ha).await;
 
     // Acknowledged on the leader only: `history` granted (epoch 5) and released, `lost` granted,
     // and a renewal of `kept`.
@@ -492,8 +502,8 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
         secs(told_at.saturating_duration_since(fo.writable)),
         if old_holder_told { "before" } else { "after" }
     );
-    eprintln!("H2 (asynchronous): {}", describe_renewals(lost, &fo));
-    eprintln!("H2 (asynchronous): {}", describe_renewals(kept, &fo));
+    eprintln!("H2 (asynchronous): {}", describe_renewals(lost, TTL, &fo));
+    eprintln!("H2 (asynchronous): {}", describe_renewals(kept, TTL, &fo));
     eprintln!(
         "H2 (asynchronous): {kept}: the new primary's expiry was {:.1} s behind the one the \
          client was last told (renewals the standby never received)",
@@ -505,6 +515,136 @@ async fn an_asynchronous_failover_that_loses_a_grant_sends_no_epoch_back_and_tel
     );
     successor.release().await.expect("release");
     kept_lease.release().await.expect("release");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// The ttl cap of H3 (`lease.configure`'s `max_ttl`), also its leases' ttl.
+const CAPPED_TTL: Duration = Duration::from_secs(30);
+/// The failover quarantine of H3: at least the cap, as pg_lease requires.
+const QUARANTINE: Duration = Duration::from_secs(35);
+
+/// H3: with asynchronous replication and the failover quarantine on (pg_lease 0.7.0,
+/// `lease.configure(max_ttl, failover_quarantine)`), a failover that loses a grant hands the key to
+/// no successor until the old holder's keepalive has reported the loss: the new primary refuses
+/// every new grant (LE004) for the quarantine, which starts with the first acquire on its timeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs etcd and Patroni: run scripts/ha-test.sh"]
+async fn with_the_failover_quarantine_no_successor_is_granted_before_the_old_holder_knows() {
+    observe::install();
+    let mut ha = HaCluster::start(Options { synchronous: false }).await;
+    install(&ha).await;
+    let owner = ha.owner_session(0).await;
+    let configured = pglease::configure(&owner, Some(CAPPED_TTL), Some(QUARANTINE))
+        .await
+        .expect("lease.configure as the installing role");
+    assert_eq!(configured.failover_quarantine, Some(QUARANTINE));
+    assert_eq!(
+        configured.quarantine_until, None,
+        "no quarantine on timeline 1"
+    );
+    drop(owner);
+    let key = "ha/quarantine/lost";
+    let a = client(&ha, "holder-a").await;
+
+    // The configuration reaches the replica; the grant does not.
+    cut_off_the_replica(&ha).await;
+    let lost = a
+        .try_acquire(key, CAPPED_TTL)
+        .await
+        .expect("acquire")
+        .expect("granted");
+    let lost_epoch = lost.epoch();
+    let standby = ha.owner_session(1).await;
+    assert!(
+        pglease::inspect(&standby, key)
+            .await
+            .expect("inspect")
+            .is_none(),
+        "the standby never heard of {key}"
+    );
+    drop(standby);
+
+    let fo = fail_over(&mut ha).await;
+    assert_eq!(fo.timeline, 2, "one promotion");
+
+    // A successor asks at once and keeps asking (every 250 ms) until it is granted the key.
+    let b = client(&ha, "holder-b").await;
+    let deadline = Instant::now() + QUARANTINE + FAILOVER_LIMIT;
+    let mut refusals: Vec<Instant> = Vec::new();
+    let successor = loop {
+        match b.try_acquire(key, CAPPED_TTL).await {
+            Ok(Some(lease)) => break lease,
+            Ok(None) => panic!("{key} is held on the new primary: its grant was not lost"),
+            Err(e) if e.is_quarantined() => refusals.push(Instant::now()),
+            Err(e) => panic!("the successor's acquire failed otherwise: {e}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no grant within the quarantine and {FAILOVER_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let granted = Instant::now();
+
+    // By then the old holder had been told, by its own keepalive.
+    let reason = lost
+        .ended()
+        .expect("the old holder was told before the successor's grant");
+    assert!(reason.is_loss(), "ended by a loss, not {reason}");
+    poll_for("the `lease lost` event", LIMIT, || async {
+        Renewals::of(key).lost.is_some()
+    })
+    .await;
+    let (told_at, _) = Renewals::of(key).lost.expect("a `lease lost` event");
+    assert!(told_at < granted, "told before the successor's grant");
+    let first_refusal = *refusals
+        .first()
+        .expect("the successor was refused during the quarantine");
+    let s = ha.owner_session(1).await;
+    let configuration = pglease::configuration(&s)
+        .await
+        .expect("lease.configuration");
+    assert_eq!(configuration.timeline, 2);
+    assert!(
+        configuration.quarantine_until.is_some(),
+        "a quarantine began on timeline 2"
+    );
+
+    // And the usual: a new epoch above the lost one, fencing only for the successor.
+    assert!(successor.epoch() > lost_epoch && successor.epoch() >= BAND);
+    let refused = guarded_write(&ha, key, "holder-a", lost_epoch).await;
+    assert!(
+        matches!(
+            refused.as_ref().map_err(String::as_str),
+            Err("LE001" | "LE003")
+        ),
+        "the old holder's epoch is fenced off: {refused:?}"
+    );
+    guarded_write(&ha, key, "holder-b", successor.epoch())
+        .await
+        .expect("the successor's guarded write");
+
+    eprintln!("H3 (asynchronous, quarantine): {}", fo.describe());
+    eprintln!(
+        "H3 (asynchronous, quarantine {} s, max_ttl {} s): {key}: the old holder was told ({reason}) \
+         {:.1} s after the new primary accepted writes; the successor was refused (LE004) {} times \
+         from {:.1} s and granted epoch {} {:.1} s after the new primary accepted writes, {:.1} s \
+         after the old holder was told",
+        QUARANTINE.as_secs(),
+        CAPPED_TTL.as_secs(),
+        secs(told_at.saturating_duration_since(fo.writable)),
+        refusals.len(),
+        secs(first_refusal.saturating_duration_since(fo.writable)),
+        successor.epoch(),
+        secs(granted.saturating_duration_since(fo.writable)),
+        secs(granted - told_at)
+    );
+    eprintln!(
+        "H3 (asynchronous, quarantine): {}",
+        describe_renewals(key, CAPPED_TTL, &fo)
+    );
+    successor.release().await.expect("release");
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -1,5 +1,5 @@
 //! pg_lease under a real HA manager: Patroni 4 with etcd (issue 15, part 4; docs/FAILURE-MODEL.md
-//! §2.15, checks H1–H2).
+//! §2.15, checks H1–H3).
 //!
 //! Each test starts its own etcd and two Patroni nodes ([`patroni::HaCluster`]), installs pg_lease
 //! on the leader with the Rust installer (`pglease::install`: no extension files in the server's
