@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::pooled;
 use crate::results::{Grant, SlotState};
+use crate::shard::Grantable;
 use crate::slots::SlotGuard;
 use crate::timing::Timing;
 use crate::trace;
@@ -313,10 +314,12 @@ impl Semaphore {
         let client = &self.client;
         let conns = client.conns();
         let owner = client.owner();
+        let permit = client.admit(Grantable::Semaphore(&self.name))?;
         let conn = conns.get().await?;
         let mut in_flight = InFlight {
             conn: Some(conn),
             slot: Some(reserved),
+            permit,
             conns: conns.clone(),
             target: Target::Semaphore(self.name.clone()),
             owner: owner.to_owned(),
