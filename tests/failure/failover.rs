@@ -375,12 +375,12 @@ async fn lost_on_promotion(standby: &Node, key: &str, holder_epoch: i64) {
     );
 }
 
-/// F33: characterisation (issue 15 part 2 must change it): with synchronous replication, a grant
-/// whose commit is waiting for the standby and is cancelled (`pg_cancel_backend`) returns to the
-/// client as **acquired**, with only a WARNING (SQLSTATE 01000): the commit is local, the standby
-/// never got it. After a failover the key goes to another owner while the first still believes it
-/// holds it (its epoch is below the successor's, so a guard still rejects it). Part 2 must make the
-/// client treat this as "outcome unknown".
+/// F33: what the server does (the reason for F37): with synchronous replication, a grant whose
+/// commit is waiting for the standby and is cancelled (`pg_cancel_backend`) is answered
+/// **acquired**, with only a WARNING (SQLSTATE 01000): the commit is local, the standby never got
+/// it. A plain tokio-postgres connection hands that answer over; after a failover the key goes to
+/// another owner while the first believes it holds it (its epoch is below the successor's, so a
+/// guard still rejects it). `pglease::Client` withholds such an answer (F37).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn characterisation_a_cancelled_sync_rep_wait_reports_the_grant_with_a_warning() {
     let key = "failover/sync/cancelled";
@@ -480,6 +480,241 @@ async fn a_retry_after_a_terminated_sync_rep_wait_waits_for_the_standby_too() {
         "the retry never heard \"acquired\" for a grant the standby did not have: {answer:?}"
     );
     lost_on_promotion(&standby, key, epoch).await;
+}
+
+/// A `pglease::Client` of the application role on `node`'s database, with its own pool (so its
+/// connections are driven by `pglease::drive_connection`).
+async fn lease_client(node: &Node, owner: &str) -> pglease::Client {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host_path(node.cluster().socket_dir())
+        .port(node.cluster().port())
+        .user(APP)
+        .dbname(crate::node::DB);
+    pglease::Client::builder()
+        .owner(owner)
+        .connect_with(config, tokio_postgres::NoTls)
+        .await
+        .expect("connect a pglease client")
+}
+
+/// Polls `pg_stat_activity` until a backend of the application role waits for synchronous
+/// replication; returns its pid.
+async fn await_app_sync_rep_wait(observer: &Client) -> i32 {
+    let deadline = Instant::now() + crate::LIMIT;
+    loop {
+        let pid: Option<i32> = observer
+            .query_one(
+                "SELECT min(pid) FROM pg_stat_activity WHERE usename = $1 AND wait_event = 'SyncRep'",
+                &[&APP],
+            )
+            .await
+            .expect("read pg_stat_activity")
+            .get(0);
+        if let Some(pid) = pid {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no backend of {APP} waited for SyncRep"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// F37: the Rust client never reports a grant whose commit the synchronous standby did not
+/// confirm. The scenario of F33 through `pglease::Client::try_acquire`: the cancelled wait's answer
+/// (acquired, with the sync-rep WARNING) is withheld — the connection is closed before the answer is
+/// handed over — so the call fails as a lost connection (outcome unknown) instead of returning a
+/// lease. After the failover another owner gets the key, and nobody was ever told it had it before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_never_reports_a_grant_whose_sync_rep_wait_was_cancelled() {
+    let key = "failover/sync/client-cancelled";
+    let (mut primary, standby) = synchronous_pair_cut_off().await;
+    let client = lease_client(&primary, "x").await;
+    let observer = primary.superuser().await;
+    let call = tokio::spawn(async move {
+        let answer = client.try_acquire(key, Duration::from_secs(3600)).await;
+        (answer, client)
+    });
+    let pid = await_app_sync_rep_wait(&observer).await;
+    let cancelled: bool = observer
+        .query_one("SELECT pg_cancel_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(cancelled);
+    let (answer, client) = within("the cancelled grant", call).await.unwrap();
+    let e = answer.expect_err("the client must not report the unconfirmed grant");
+    assert!(
+        e.is_connection() || e.is_closed(),
+        "reported as a lost connection (outcome unknown): {e:?}"
+    );
+    // The server did grant it, locally.
+    let (held, owner, epoch, _) = inspect(&observer, key).await.expect("committed locally");
+    assert_eq!((held, owner.as_deref()), (true, Some("x")));
+
+    drop(client);
+    drop(observer);
+    primary.kill_all();
+    lost_on_promotion(&standby, key, epoch).await;
+}
+
+/// F38: the opt-in failover quarantine (SEMANTICS §8.4). With asynchronous replication a grant the
+/// standby never received (to `w2`) is lost in the failover; its holder may act until its ttl runs
+/// out. With `lease.configure(max_ttl => 8 s, failover_quarantine => 10 s)`, the promoted node makes
+/// no new grant (LE004) for 10 s from the first acquire on the new timeline, which is longer than any
+/// lost grant can run; its own visible grants are still renewed and returned to their holder; a
+/// rolled-back call does not restart the quarantine; a blocking acquire waits through it; after it,
+/// grants resume above the lost epochs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_promotion_the_quarantine_refuses_new_grants_until_every_lost_grant_has_run_out() {
+    let (lost, kept, other) = (
+        "failover/quarantine/lost",
+        "failover/quarantine/kept",
+        "failover/quarantine/other",
+    );
+    let mut primary = Node::start();
+    let standby = primary.replica(false);
+    primary
+        .admin()
+        .await
+        .batch_execute("SELECT lease.configure('8 s', '10 s')")
+        .await
+        .unwrap();
+    let c = primary.app().await;
+    // Visible to the standby: a lease of `holder` on `kept`.
+    let kept_epoch = grant(&c, kept, "holder", "8 s").await;
+    standby.wait_for_replay(&primary);
+    standby.stop_streaming(&primary).await;
+    // Lost: `w2`'s grant of `lost`.
+    let lost_epoch = grant(&c, lost, "w2", "8 s").await;
+    drop(c);
+    primary.kill_all();
+
+    assert_eq!(standby.promote(), 2);
+    let s = standby.app().await;
+    assert_eq!(
+        inspect(&s, lost).await,
+        None,
+        "the standby never had w2's grant"
+    );
+    // The visible holder renews and gets its own grant back: neither is a new grant.
+    assert_eq!(renew(&s, kept, "holder", kept_epoch, "8 s").await.0, "ok");
+    // The first acquire on the new timeline starts the quarantine and is refused.
+    let refused = try_acquire_code(&s, lost, "n1", "8 s", "0").await;
+    assert_eq!(refused.as_deref(), Some("LE004"));
+    let until: std::time::SystemTime = s
+        .query_one("SELECT quarantine_until FROM lease.configuration()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let (got, epoch, _) = try_acquire(&s, kept, "holder", "8 s", "0").await.unwrap();
+    assert_eq!(
+        (got, epoch),
+        (true, Some(kept_epoch)),
+        "the holder's own grant comes back"
+    );
+    for key in [lost, other] {
+        assert_eq!(
+            try_acquire_code(&s, key, "n1", "8 s", "0").await.as_deref(),
+            Some("LE004"),
+            "{key}: no new grant during the quarantine"
+        );
+    }
+    // A refused call inside a transaction that rolls back does not move the quarantine's end.
+    s.batch_execute("BEGIN").await.unwrap();
+    assert!(
+        try_acquire_code(&s, other, "n1", "8 s", "0")
+            .await
+            .is_some()
+    );
+    s.batch_execute("ROLLBACK").await.unwrap();
+    let until_after: std::time::SystemTime = s
+        .query_one("SELECT quarantine_until FROM lease.configuration()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(until_after, until);
+    // A blocking acquire waits through the quarantine and is granted after it, above the lost epoch.
+    let (got, epoch, _) = within(
+        "a blocking acquire through the quarantine",
+        try_acquire(&s, lost, "n1", "8 s", "20 s"),
+    )
+    .await
+    .unwrap();
+    assert!(got);
+    let epoch = epoch.unwrap();
+    assert!(epoch > lost_epoch && epoch >= BAND, "{epoch}");
+    assert!(
+        crate::server_clock_reached(&s, until).await,
+        "granted only once the quarantine was over"
+    );
+    assert_eq!(
+        try_acquire_code(&s, other, "n2", "8 s", "0").await,
+        None,
+        "after the quarantine new grants resume"
+    );
+}
+
+/// `lease.acquire`'s SQLSTATE if it failed, `None` if it answered (granted or not).
+async fn try_acquire_code(
+    c: &Client,
+    key: &str,
+    owner: &str,
+    ttl: &str,
+    wait: &str,
+) -> Option<String> {
+    c.query_one(
+        "SELECT acquired FROM lease.acquire($1, $2, $3::text::interval, $4::text::interval)",
+        &[&key, &owner, &ttl, &wait],
+    )
+    .await
+    .err()
+    .map(|e| code_of(&e))
+}
+
+/// F39: a min epoch raised on one timeline (a slot moved in, SEMANTICS §8.5) stays above what that
+/// timeline granted after a promotion: grants on the new timeline are at least the min epoch plus
+/// 2^40, so even a lost grant made above the min epoch is not handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_min_epoch_carries_its_band_across_a_promotion() {
+    let key = "failover/min-epoch/k";
+    let floor = 5 * BAND + 7;
+    let mut primary = Node::start();
+    let standby = primary.replica(false);
+    let raised: i64 = primary
+        .admin()
+        .await
+        .query_one("SELECT lease.raise_min_epoch($1)", &[&floor])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(raised, floor);
+    let c = primary.app().await;
+    let e = grant(&c, key, "w1", "1 hour").await;
+    assert_eq!(e, floor);
+    assert_eq!(release(&c, key, "w1", e).await, "ok");
+    standby.wait_for_replay(&primary);
+    standby.stop_streaming(&primary).await;
+    let mut lost = 0;
+    for i in 0..3 {
+        let owner = format!("lost{i}");
+        lost = grant(&c, key, &owner, "1 hour").await;
+        assert_eq!(release(&c, key, &owner, lost).await, "ok");
+    }
+    drop(c);
+    primary.kill_all();
+    assert_eq!(standby.promote(), 2);
+    let s = standby.app().await;
+    let e = grant(&s, key, "n1", "1 hour").await;
+    assert!(e > lost, "{e} must be above the lost grant {lost}");
+    assert!(
+        e >= floor + BAND,
+        "{e} is in the min epoch's band of timeline 2"
+    );
+    let fresh = grant(&s, "failover/min-epoch/new", "n1", "1 hour").await;
+    assert!(fresh >= floor + BAND, "a new key too: {fresh}");
 }
 
 /// Seconds from `expires_at` of `key` to the clock of the server `c` is connected to.

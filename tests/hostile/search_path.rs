@@ -527,6 +527,7 @@ pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
     .await;
     assert_eq!(err.code, "22023");
     exercise_0_6_0_api(app, p).await;
+    exercise_0_7_0_api(app, admin, p, e).await;
     let version: String = app
         .query_one("SELECT lease.version()", &[])
         .await
@@ -539,6 +540,75 @@ pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
         .unwrap()
         .get(0);
     assert!(purged >= 0);
+}
+
+/// The calls 0.7.0 added (the installing role's settings, the min epoch), with the results a correct
+/// implementation gives; `e` is an epoch granted under `p` before. Leaves the settings as it found
+/// them (none).
+async fn exercise_0_7_0_api(app: &Client, admin: &Client, p: &str, e: i64) {
+    let settings = "SELECT extract(epoch FROM max_ttl)::pg_catalog.float8, \
+                    extract(epoch FROM failover_quarantine)::pg_catalog.float8, timeline, \
+                    quarantine_until IS NULL, min_epoch";
+    let r = admin
+        .query_one(
+            &format!("{settings} FROM lease.configure('1 day'::pg_catalog.text::interval, '2 days'::pg_catalog.text::interval)"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let read = |r: &tokio_postgres::Row| {
+        (
+            r.get::<_, Option<f64>>(0),
+            r.get::<_, Option<f64>>(1),
+            r.get::<_, i64>(2),
+            r.get::<_, bool>(3),
+            r.get::<_, i64>(4),
+        )
+    };
+    let expected = (Some(86_400.0), Some(172_800.0), 1, true, 0);
+    assert_eq!(read(&r), expected);
+    let r = app
+        .query_one(&format!("{settings} FROM lease.configuration()"), &[])
+        .await
+        .unwrap();
+    assert_eq!(read(&r), expected);
+    // The cap is the real one: a shadow settings table would not refuse this.
+    let err = expect_error(
+        app,
+        &format!("SELECT * FROM lease.acquire('{p}cap', 'o', '25 hours')"),
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    // A grant under a quarantine that is configured but not running.
+    let got: bool = app
+        .query_one(
+            "SELECT acquired FROM lease.acquire($1::pg_catalog.text, 'o1'::pg_catalog.text, '1 hour'::pg_catalog.text::interval)",
+            &[&format!("{p}q")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(got);
+    let floor: i64 = admin
+        .query_one("SELECT lease.raise_min_epoch(1::pg_catalog.int8)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(floor >= 1);
+    let high: i64 = app
+        .query_one("SELECT lease.high_water()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(high >= e, "high water {high} below the epoch {e} granted");
+    assert!(
+        high < 1_000_000,
+        "high water {high}: a shadow table was read"
+    );
+    admin
+        .batch_execute("SELECT lease.configure(NULL::pg_catalog.interval)")
+        .await
+        .unwrap();
 }
 
 /// The calls 0.6.0 added (lease data, renew_many, watch, semaphores), with the results a correct

@@ -21,6 +21,7 @@ mod release;
 mod renew;
 mod renew_many;
 mod semaphore;
+mod settings;
 mod storage;
 mod transactions;
 mod upgrade;

@@ -49,10 +49,7 @@ async fn no_internal_helper_of_pg_lease_is_executable_by_the_application_role() 
         .await
         .unwrap()
         .get(0);
-    assert!(
-        helpers >= 10,
-        "the 0.6.0 helpers are there to check: {helpers}"
-    );
+    assert!(helpers >= 10, "the helpers are there to check: {helpers}");
 }
 
 #[tokio::test]
@@ -69,6 +66,11 @@ async fn application_role_cannot_call_internal_helpers() {
         "SELECT lease._check_renew_many_args('o', '{}', '{}', '1 s')",
         "SELECT lease._renew_many_recheck()",
         "SELECT lease._renew_many_refusal('k', 'o', 1)",
+        "SELECT lease._check_grant_args('f', 'k', 'o', 1, '1 s')",
+        "SELECT lease._max_ttl_violations('1 s', '1 s')",
+        "SELECT lease._timeline()",
+        "SELECT lease._quarantine_end(1, '1 s', true)",
+        "SELECT lease._raise_quarantined('f', 'k', 1, now())",
     ] {
         assert_eq!(expect_error(&c, sql).await.code, "42501", "{sql}");
     }
@@ -89,7 +91,11 @@ async fn installing_role_is_not_a_superuser_and_may_only_read_and_append_the_tab
     assert!(!is_super);
     // Reading (pg_dump) and appending (restoring a dump) are the installing role's; changing or
     // removing what is there is nobody's but the functions'.
-    for (table, column) in [("lease.leases", "epoch"), ("lease.epoch_floor", "floor")] {
+    for (table, column) in [
+        ("lease.leases", "epoch"),
+        ("lease.epoch_floor", "floor"),
+        ("lease.settings", "min_epoch"),
+    ] {
         admin
             .batch_execute(&format!("SELECT * FROM {table} LIMIT 1"))
             .await
@@ -161,11 +167,15 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
         [
             "acquire",
             "acquire_slot",
+            "configuration",
+            "configure",
             "fence",
+            "high_water",
             "inspect",
             "list",
             "list_slots",
             "purge",
+            "raise_min_epoch",
             "register_slot_waiter",
             "register_waiter",
             "release",

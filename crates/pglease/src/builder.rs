@@ -11,6 +11,7 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Config, NoTls, Socket};
 
 use crate::client::{Client, Options};
+use crate::confirmed::ConfirmedConnect;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::listener;
@@ -267,9 +268,11 @@ impl ClientBuilder {
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
         self.validate()?;
-        let manager = Manager::from_config(
+        // Connections that withhold an answer whose commit the synchronous standby did not confirm
+        // (confirmed.rs).
+        let manager = Manager::from_connect(
             config.clone(),
-            tls.clone(),
+            ConfirmedConnect::new(tls.clone()),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -290,7 +293,11 @@ impl ClientBuilder {
     /// `LISTEN` only if [`listen_with`](Self::listen_with) gave it a connection to do so.
     ///
     /// The pool should recycle connections at least with [`RecyclingMethod::Fast`] (the
-    /// default), so that a connection that broke is not handed out again.
+    /// default), so that a connection that broke is not handed out again. With synchronous
+    /// replication, build its manager with [`ConfirmedConnect`] (as below): a pool whose
+    /// connections are driven otherwise delivers an answer whose commit's wait for the standby was
+    /// cancelled, and the client would then report a grant the standby may not have
+    /// (docs/CLIENT.md, "Synchronous replication").
     ///
     /// # Errors
     ///
@@ -304,10 +311,11 @@ impl ClientBuilder {
     ///
     /// ```no_run
     /// # async fn demo() -> pglease::Result<()> {
-    /// use deadpool_postgres::{Manager, Pool};
+    /// use deadpool_postgres::{Manager, ManagerConfig, Pool};
     ///
     /// let config: tokio_postgres::Config = "host=db.example user=app dbname=app".parse()?;
-    /// let manager = Manager::new(config, tokio_postgres::NoTls);
+    /// let connect = pglease::ConfirmedConnect::new(tokio_postgres::NoTls);
+    /// let manager = Manager::from_connect(config, connect, ManagerConfig::default());
     /// let pool = Pool::builder(manager).max_size(8).build().expect("valid pool settings");
     /// let client = pglease::Client::builder().from_pool(pool).await?;
     /// # Ok(())

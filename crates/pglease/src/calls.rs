@@ -36,8 +36,8 @@ use tokio_postgres::types::Type;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::results::{
-    Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status,
-    Waiter, Watched,
+    Configuration, Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState,
+    SlotWaiter, Status, Waiter, Watched,
 };
 use crate::rows;
 use crate::trace;
@@ -76,6 +76,10 @@ const WATCH: &str = "SELECT held, owner, epoch, expires_at, data, \
 const PURGE: &str = "SELECT lease.purge($1::bigint * interval '1 microsecond')";
 const HIGH_WATER: &str = "SELECT lease.high_water()";
 const RAISE_MIN_EPOCH: &str = "SELECT lease.raise_min_epoch($1)";
+/// The columns of lease.configuration_result, durations in whole microseconds.
+const CONFIGURATION_COLUMNS: &str = "floor(extract(epoch FROM c.max_ttl) * 1000000)::bigint, \
+     floor(extract(epoch FROM c.failover_quarantine) * 1000000)::bigint, \
+     c.timeline, c.quarantine_until, c.min_epoch";
 
 const REGISTER_WAITER: &str = "SELECT held, owner, epoch, expires_at, \
      ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.register_waiter($1)";
@@ -376,10 +380,94 @@ pub async fn purge<C: GenericClient>(client: &C, older_than: Duration) -> Result
     Ok(purged)
 }
 
-/// The database's high-water epoch (`lease.high_water()`, pg_lease 0.7.0): every epoch this
-/// database has granted, or reserved (a released key's next epoch, the purge floor, the minimum
-/// epoch of [`raise_min_epoch`]), is at most this. Any role with USAGE on schema `lease` may call
-/// it; it only reads.
+/// Sets the installing role's ttl cap and failover quarantine (`lease.configure`; docs/SEMANTICS.md
+/// §8.4) and returns the settings as they now apply.
+///
+/// `max_ttl`: the longest ttl any acquire or renewal may give (`None`: no cap beyond the API's 365
+/// days); a longer one gets [`Error::is_invalid_input`] once this commits. `failover_quarantine`:
+/// after a promotion, no new grant for this long from the first acquire on the new timeline
+/// ([`Error::is_quarantined`]); `None` turns it off. A quarantine needs a cap and must be at least
+/// as long, so that every grant the old primary made has lapsed before a new one is made (with
+/// asynchronous replication, grants the standby never received). Durations are sent as whole
+/// microseconds, rounded down. By default only the installing role may call it.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): a duration out of (0, 365 days], a quarantine without
+///   a cap or shorter than it. Nothing changed.
+/// - SQLSTATE `42501` for a role without the privilege; any other server error,
+///   [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+///
+/// let max_ttl = Duration::from_secs(60);
+/// let c = pglease::configure(client, Some(max_ttl), Some(max_ttl + Duration::from_secs(5))).await?;
+/// assert_eq!(c.max_ttl, Some(max_ttl));
+/// # Ok(())
+/// # }
+/// ```
+pub async fn configure<C: GenericClient>(
+    client: &C,
+    max_ttl: Option<Duration>,
+    failover_quarantine: Option<Duration>,
+) -> Result<Configuration> {
+    let max_ttl_us = max_ttl.map(micros);
+    let quarantine_us = failover_quarantine.map(micros);
+    let sql = format!(
+        "SELECT {CONFIGURATION_COLUMNS} FROM lease.configure($1::bigint * interval '1 microsecond', \
+         $2::bigint * interval '1 microsecond') AS c"
+    );
+    let rows = client
+        .query_typed(
+            &sql,
+            &[(&max_ttl_us, Type::INT8), (&quarantine_us, Type::INT8)],
+        )
+        .await?;
+    let configuration = rows::configuration(&one_row(rows, "lease.configure")?, "lease.configure")?;
+    tracing::info!(
+        target: trace::CALL,
+        max_ttl = ?configuration.max_ttl,
+        failover_quarantine = ?configuration.failover_quarantine,
+        "pg_lease configured"
+    );
+    Ok(configuration)
+}
+
+/// The installing role's settings as they apply now (`lease.configuration`): the ttl cap, the
+/// failover quarantine and whether one is running, the timeline and the least epoch of a grant.
+/// Any role may read them; the call never starts a quarantine.
+///
+/// # Errors
+///
+/// Any server error, [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let c = pglease::configuration(client).await?;
+/// println!("timeline {}, ttl cap {:?}", c.timeline, c.max_ttl);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn configuration<C: GenericClient>(client: &C) -> Result<Configuration> {
+    let sql = format!("SELECT {CONFIGURATION_COLUMNS} FROM lease.configuration() AS c");
+    let rows = client.query_typed(&sql, &[]).await?;
+    rows::configuration(
+        &one_row(rows, "lease.configuration")?,
+        "lease.configuration",
+    )
+}
+
+/// The database's high-water epoch (`lease.high_water()`, pg_lease 0.7.0, docs/SEMANTICS.md
+/// §8.5): at least every epoch this database granted or holds in reserve — every key's epoch (a
+/// free key's is the next one it grants), the purge floor, and the least epoch a grant gets now
+/// minus one. Any role with USAGE on schema `lease` may call it; it only reads, but it reads every
+/// row (an operator's call, not a worker's).
 ///
 /// A slot move reads it on the source and raises the target's minimum epoch above it
 /// ([`crate::SlotMove`]), so that the target's grants of the slot's keys exceed every epoch the
@@ -406,9 +494,10 @@ pub async fn high_water<C: GenericClient>(client: &C) -> Result<i64> {
 }
 
 /// Raises the database's minimum epoch to at least `at_least` (`lease.raise_min_epoch`, pg_lease
-/// 0.7.0): from this call's commit on, every new grant in the database has an epoch `>=
-/// at_least` (after a later promotion, more). It never lowers the minimum; returns the minimum
-/// now in force (`>= at_least`).
+/// 0.7.0, docs/SEMANTICS.md §8.5): once this call commits, every grant in the database — of any
+/// key, new, free or lapsed — has an epoch `>= at_least`, and after later promotions 2^40 more for
+/// every timeline since. It never lowers the minimum, and grants already held keep their epochs;
+/// returns the least epoch a grant gets now (`>= at_least`).
 ///
 /// Only the role that installed pg_lease may call it by default, like [`purge`]. Inside a
 /// transaction it takes effect when the transaction commits. Make sure the commit has reached

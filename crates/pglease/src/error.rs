@@ -264,6 +264,25 @@ impl Error {
         self.code() == Some(sqlstate::WAIT_TIMEOUT) || matches!(self.0.kind, Kind::Timeout(_))
     }
 
+    /// Whether an acquire was refused because the server is in its failover quarantine: SQLSTATE
+    /// `LE004` ([`crate::sqlstate::QUARANTINED`]). After a promotion, with the quarantine turned on
+    /// (`lease.configure`), no new grant is made for the configured time; nothing was granted.
+    /// [`crate::Client::acquire`] waits through a quarantine (within its timeout);
+    /// [`crate::Client::try_acquire`] reports it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_quarantined() {
+    ///     println!("the database was just promoted; no new grants for a while");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_quarantined(&self) -> bool {
+        self.code() == Some(sqlstate::QUARANTINED)
+    }
+
     /// Whether `lease.fence` refused the guarded transaction: SQLSTATE `LE001` (not the owner),
     /// `LE002` (lapsed) or `LE003` (another epoch); see [`crate::sqlstate`].
     ///

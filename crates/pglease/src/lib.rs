@@ -19,8 +19,8 @@
 //!   earlier grant.
 //! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`inspect`], [`list`],
 //!   [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`], [`list_slots`],
-//!   [`register_slot_waiter`], [`fence()`], [`high_water`], [`raise_min_epoch`]): one async
-//!   function per SQL function, generic over
+//!   [`register_slot_waiter`], [`fence()`], [`configure`], [`configuration`], [`high_water`],
+//!   [`raise_min_epoch`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
@@ -106,6 +106,7 @@ mod rows;
 mod acquire;
 mod builder;
 mod client;
+mod confirmed;
 mod identity;
 mod retry;
 mod slots;
@@ -141,11 +142,12 @@ mod slot_move;
 pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    MAX_DURATION, acquire, acquire_slot, fence, high_water, inspect, list, list_slots, purge,
-    raise_min_epoch, register_slot_waiter, register_waiter, release, renew, renew_many, slot_key,
-    watch,
+    MAX_DURATION, acquire, acquire_slot, configuration, configure, fence, high_water, inspect,
+    list, list_slots, purge, raise_min_epoch, register_slot_waiter, register_waiter, release,
+    renew, renew_many, slot_key, watch,
 };
 pub use client::Client;
+pub use confirmed::{ConfirmedConnect, drive_connection};
 pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
 pub use extension::{
@@ -159,8 +161,8 @@ pub use install::{Installed, Via, check_version, create_extension, install, inst
 pub use lease::Lease;
 pub use lost::LostReason;
 pub use results::{
-    Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status,
-    Waiter, Watched,
+    Configuration, Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState,
+    SlotWaiter, Status, Waiter, Watched,
 };
 pub use semaphore::Semaphore;
 pub use shard::ShardedClient;

@@ -16,6 +16,8 @@
 //! | semaphore name | [`MIN_NAME_BYTES`]..=[`MAX_SEMAPHORE_BYTES`] bytes (1 to 1018, so slot keys fit) |
 //! | semaphore `max_holders`, slot number | 1..=[`MAX_HOLDERS`] (10 000) |
 //! | `renew_many` pairs | at most [`MAX_RENEW_MANY`] (100 000) per call |
+//! | `raise_min_epoch` | 0..=[`MAX_MIN_EPOCH`] (2^62) |
+//! | `max_ttl`, `failover_quarantine` (`lease.configure`) | (0, [`MAX_INTERVAL`]], the quarantine at least `max_ttl` |
 //!
 //! # Examples
 //!
@@ -98,6 +100,16 @@ pub const MAX_HOLDERS: u32 = 10_000;
 /// assert_eq!(pglease::limits::MAX_RENEW_MANY, 100_000);
 /// ```
 pub const MAX_RENEW_MANY: usize = 100_000;
+
+/// The highest minimum epoch `lease.raise_min_epoch` accepts: 2^62, which leaves room for the
+/// timeline bands of later promotions above it.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::limits::MAX_MIN_EPOCH, 1 << 62);
+/// ```
+pub const MAX_MIN_EPOCH: i64 = 1 << 62;
 
 /// [`MAX_INTERVAL`] in days, as the SQL spells it (`interval '365 days'`).
 const MAX_INTERVAL_DAYS: u64 = 365;
@@ -275,7 +287,11 @@ mod tests {
         );
         // Every other bound is a duration in seconds or a count: max_holders, renew_many pairs, or
         // `> 1` (one-dimensional arrays, distinct keys).
-        let counts = BTreeSet::from([u64::from(MAX_HOLDERS), MAX_RENEW_MANY as u64]);
+        let counts = BTreeSet::from([
+            u64::from(MAX_HOLDERS),
+            MAX_RENEW_MANY as u64,
+            MAX_MIN_EPOCH as u64,
+        ]);
         let durations: BTreeSet<u64> = seconds
             .difference(&counts)
             .copied()

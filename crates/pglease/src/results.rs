@@ -399,3 +399,33 @@ mod tests {
         }
     }
 }
+
+/// The installing role's settings as they apply now ([`configure`](crate::configure),
+/// [`configuration`](crate::configuration); docs/SEMANTICS.md §8.4–8.5).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let c = pglease::configuration(db).await?;
+/// if let Some(until) = c.quarantine_until {
+///     println!("timeline {}: no new grants until {until:?}", c.timeline);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Configuration {
+    /// The longest ttl any call may give; `None`: the API's limit of 365 days.
+    pub max_ttl: Option<Duration>,
+    /// How long after a promotion no new grant is made (from the first acquire on the new
+    /// timeline); `None`: no quarantine.
+    pub failover_quarantine: Option<Duration>,
+    /// The server's WAL timeline (1 on a server never promoted).
+    pub timeline: i64,
+    /// The end of the failover quarantine on this timeline (server time; in the past once over):
+    /// `None` when none is configured or none began on this timeline.
+    pub quarantine_until: Option<SystemTime>,
+    /// The least epoch a grant gets now: the timeline band or the min epoch, whichever is higher.
+    pub min_epoch: i64,
+}

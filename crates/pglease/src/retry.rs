@@ -23,6 +23,8 @@ pub(crate) fn is_transient(e: &Error) -> bool {
                 || code.starts_with("53")
                 || code.starts_with("57P")
                 || matches!(code, "40001" | "40P01" | "57014")
+                // A failover quarantine: no grant now, but one once it ends.
+                || code == crate::sqlstate::QUARANTINED
         }
         None => false,
     }

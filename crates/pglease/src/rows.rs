@@ -10,8 +10,8 @@ use tokio_postgres::types::FromSql;
 
 use crate::error::{Error, Result};
 use crate::results::{
-    Grant, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status, Waiter,
-    Watched,
+    Configuration, Grant, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter,
+    Status, Waiter, Watched,
 };
 
 /// A grant together with the time left on it, measured on the server clock after the call.
@@ -301,4 +301,26 @@ pub(crate) fn timed_key_renewal(row: &Row, call: &str) -> Result<TimedKeyRenewal
         return Ok((key, None));
     }
     Ok((key, Some(timed_renewal_at(row, 1, call)?)))
+}
+
+/// `(max_ttl µs, failover_quarantine µs, timeline, quarantine_until, min_epoch)`: a
+/// [`Configuration`].
+pub(crate) fn configuration(row: &Row, call: &str) -> Result<Configuration> {
+    let max_ttl: Option<i64> = get(row, 0, call)?;
+    let failover_quarantine: Option<i64> = get(row, 1, call)?;
+    let timeline: Option<i64> = get(row, 2, call)?;
+    let quarantine_until: Option<SystemTime> = get(row, 3, call)?;
+    let min_epoch: Option<i64> = get(row, 4, call)?;
+    match (timeline, min_epoch) {
+        (Some(timeline), Some(min_epoch)) => Ok(Configuration {
+            max_ttl: max_ttl.map(micros),
+            failover_quarantine: failover_quarantine.map(micros),
+            timeline,
+            quarantine_until,
+            min_epoch,
+        }),
+        other => Err(Error::protocol(format!(
+            "{call} returned (timeline, min_epoch) = {other:?}"
+        ))),
+    }
 }

@@ -80,6 +80,19 @@ pub const FENCE_LAPSED: &str = "LE002";
 /// ```
 pub const FENCE_EPOCH_MISMATCH: &str = "LE003";
 
+/// `LE004`: `lease.acquire` / `lease.acquire_slot` — no new grant: the server was promoted and is in
+/// the failover quarantine the installing role turned on (`lease.configure`), during which grants
+/// the old primary made and the standby never received may still be acted on by their holders.
+/// Nothing was granted; retry after the quarantine (`lease.configuration()` says until when).
+/// See [`crate::Error::is_quarantined`].
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::QUARANTINED, "LE004");
+/// ```
+pub const QUARANTINED: &str = "LE004";
+
 /// `LQ001`: pg_lease_queue — there is no queue of that name (or it was dropped while the call
 /// waited for its partition). Nothing changed.
 ///
@@ -154,8 +167,9 @@ pub const ALL: &[(&str, &str, &str)] = &[
         INVALID_INPUT,
         "invalid_parameter_value",
         "invalid input: a NULL, empty or over-long key, owner, prefix, semaphore or data, a ttl, \
-         wait or older_than out of range, a max_holders or slot out of [1, 10000], or malformed \
-         renew_many arrays; DETAIL names every violation; nothing changed",
+         wait or older_than out of range (a ttl above the installing role's max_ttl), a max_holders \
+         or slot out of [1, 10000], malformed renew_many arrays, or settings out of range; DETAIL \
+         names every violation; nothing changed",
     ),
     (
         WAIT_TIMEOUT,
@@ -184,6 +198,12 @@ pub const ALL: &[(&str, &str, &str)] = &[
         FENCE_EPOCH_MISMATCH,
         "pg_lease_fence_epoch_mismatch",
         "lease.fence: the key is the caller's at another epoch; the guarded transaction must not go on",
+    ),
+    (
+        QUARANTINED,
+        "pg_lease_failover_quarantine",
+        "lease.acquire (lease.acquire_slot): no new grant during the failover quarantine after a \
+         promotion (lease.configure); nothing was granted; retry after it",
     ),
 ];
 

@@ -34,6 +34,9 @@ pub(crate) const ELECTION: &str = "pglease::election";
 pub(crate) const LISTENER: &str = "pglease::listener";
 /// Sharding: the slot map in force, grants refused by it, and slot moves.
 pub(crate) const SHARD: &str = "pglease::shard";
+/// The client's pooled connections: one closed because a commit was not confirmed by the
+/// synchronous standby (`warn`), server notices (`debug`).
+pub(crate) const CONNECTION: &str = "pglease::connection";
 /// The plain calls of the SQL API ([`crate::acquire`], [`crate::renew`], [`crate::release`],
 /// [`crate::purge`], [`crate::raise_min_epoch`]), on whatever connection or transaction the
 /// caller passes.

@@ -130,17 +130,49 @@ INSERT INTO lease.epoch_floor (floor, sentinel) VALUES (0, true);
 COMMENT ON TABLE lease.epoch_floor IS
     'pg_lease epoch floor: keys created anew start above every purged epoch; internal';
 
--- pg_dump keeps lease state: a restored database must not hand out epochs again.
+-- The installing role's settings (lease.configure, lease.raise_min_epoch): at most one row; no row
+-- means the defaults (no ttl cap, no quarantine, no minimum epoch).
+--   max_ttl              the longest ttl any call may give (22023 above it); NULL: 365 days
+--   failover_quarantine  after a promotion, no new grant for this long from the first acquire on
+--                        the new timeline (docs/SEMANTICS.md §8.4); NULL: off. At least max_ttl.
+--   min_epoch            every grant's epoch is at least min_epoch, and 2^40 more for every
+--   min_epoch_timeline   timeline after min_epoch_timeline (§8.5: moving keys between databases)
+CREATE TABLE lease.settings (
+    singleton           boolean NOT NULL DEFAULT true CHECK (singleton),
+    max_ttl             interval,
+    failover_quarantine interval,
+    min_epoch           bigint NOT NULL DEFAULT 0,
+    min_epoch_timeline  bigint NOT NULL DEFAULT 1,
+    CONSTRAINT settings_pkey PRIMARY KEY (singleton)
+);
+
+COMMENT ON TABLE lease.settings IS
+    'pg_lease settings of the installing role (lease.configure, lease.raise_min_epoch); internal';
+
+-- Where the failover quarantine of the current timeline began: t * 2^32 + s, t the WAL timeline and
+-- s the start in Unix seconds. A sequence, because setval is not undone by a rollback: the call that
+-- starts a quarantine refuses its grant with an error, and the start must outlive it.
+CREATE SEQUENCE lease.quarantine_mark AS bigint MINVALUE 0 START WITH 0;
+
+COMMENT ON SEQUENCE lease.quarantine_mark IS
+    'pg_lease: the timeline and start of the current failover quarantine; internal';
+
+-- pg_dump keeps lease state: a restored database must not hand out epochs again. (The quarantine
+-- mark is not kept: a restored database with a quarantine configured starts one at its first acquire.)
 -- pglease:extension-only
 SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
 -- pglease:extension-only
 SELECT pg_catalog.pg_extension_config_dump('lease.epoch_floor', 'WHERE NOT sentinel');
+-- pglease:extension-only
+SELECT pg_catalog.pg_extension_config_dump('lease.settings', '');
 
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 REVOKE ALL ON TABLE lease.epoch_floor FROM PUBLIC;
--- The installing role may dump the state (pg_dump reads both tables) and restore it (COPY into them).
+REVOKE ALL ON TABLE lease.settings FROM PUBLIC;
+REVOKE ALL ON SEQUENCE lease.quarantine_mark FROM PUBLIC;
+-- The installing role may dump the state (pg_dump reads the tables) and restore it (COPY into them).
 -- It can reset every epoch anyway (DROP EXTENSION); no other role can read or write the tables.
-GRANT SELECT, INSERT ON TABLE lease.leases, lease.epoch_floor TO @extowner@;
+GRANT SELECT, INSERT ON TABLE lease.leases, lease.epoch_floor, lease.settings TO @extowner@;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Input validation (error paths only)
@@ -222,7 +254,8 @@ BEGIN
         HINT    = 'Keys and owners are non-empty text of at most 1024 bytes; ttl is in (0, 365 days]; '
                   || 'wait and older_than are in [0, 365 days]; epoch is not NULL; '
                   || 'data is at most 8192 bytes; a semaphore name is at most 1018 bytes and '
-                  || 'max_holders and slot are in [1, 10000]; renew_many takes at most 100000 distinct keys.';
+                  || 'max_holders and slot are in [1, 10000]; renew_many takes at most 100000 distinct keys; '
+                  || 'ttl is at most max_ttl when lease.configure set one.';
 END
 $$;
 
@@ -242,6 +275,28 @@ BEGIN
             lease._text_violations('key', key, false, false)
             || lease._text_violations('owner', owner, false, false)
             || CASE WHEN epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END);
+    END IF;
+END
+$$;
+
+-- As above for a renewal, whose ttl must also be within the installing role's cap (lease.configure).
+CREATE FUNCTION lease._check_grant_args(fn text, key text, owner text, epoch bigint, ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cap text[] := lease._max_ttl_violations(ttl, (SELECT s.max_ttl FROM lease.settings AS s));
+BEGIN
+    IF (key <> '' AND pg_catalog.octet_length(key) <= 1024
+        AND owner <> '' AND pg_catalog.octet_length(owner) <= 1024
+        AND epoch IS NOT NULL AND pg_catalog.cardinality(v_cap) = 0) IS NOT TRUE
+    THEN
+        PERFORM lease._raise_invalid_input(fn,
+            lease._text_violations('key', key, false, false)
+            || lease._text_violations('owner', owner, false, false)
+            || CASE WHEN epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
+            || v_cap);
     END IF;
 END
 $$;
@@ -273,11 +328,90 @@ BEGIN
 END
 $$;
 
+-- Violations of the installing role's ttl cap (lease.configure): none when max_ttl is NULL.
+CREATE FUNCTION lease._max_ttl_violations(ttl interval, max_ttl interval)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN pg_catalog.date_part('epoch', ttl) > pg_catalog.date_part('epoch', max_ttl)
+                THEN ARRAY['ttl must be at most max_ttl, ' || max_ttl || ', set by lease.configure (got '
+                           || ttl || ')']
+                ELSE '{}'::text[] END
+$$;
+
+-- The server's current WAL timeline: read from the name of the WAL file being written, which changes
+-- at the moment of a promotion (the checkpoint's timeline changes only at the next checkpoint).
+CREATE FUNCTION lease._timeline()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+               ::pg_catalog.bit(32)::bigint
+$$;
+
+-- The end of the failover quarantine on `timeline`, given the configured length `quarantine` (NULL:
+-- off, returns NULL). The quarantine starts at the first call that asks with start = true on a
+-- timeline other than the one in lease.quarantine_mark; without start, a quarantine not begun yet is
+-- NULL, and so is the timeline lease.configure turned the quarantine on in (start 0). Concurrent first calls may each record a start: the last one counts, all are after the
+-- promotion. The end may be in the past (over).
+CREATE FUNCTION lease._quarantine_end(timeline bigint, quarantine interval, start boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_mark bigint;
+    v_start bigint;
+BEGIN
+    IF quarantine IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT m.last_value INTO v_mark FROM lease.quarantine_mark AS m;
+    IF v_mark / 4294967296 = timeline THEN
+        v_start := v_mark % 4294967296;
+        IF v_start = 0 THEN
+            RETURN NULL;                     -- configured on this timeline: not a promotion
+        END IF;
+    ELSIF start THEN
+        v_start := pg_catalog.ceil(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()))::bigint;
+        PERFORM pg_catalog.setval('lease.quarantine_mark'::pg_catalog.regclass,
+                                  timeline * 4294967296 + v_start);
+    ELSE
+        RETURN NULL;
+    END IF;
+    RETURN pg_catalog.to_timestamp(v_start) + pg_catalog.date_part('epoch', quarantine) * interval '1 second';
+END
+$$;
+
+-- Raise LE004: no new grant during the failover quarantine. Never returns.
+CREATE FUNCTION lease._raise_quarantined(fn text, key text, timeline bigint, until timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = 'LE004',
+        MESSAGE = fn || ': no new grant of ' || pg_catalog.quote_literal(key)
+                  || ' during the failover quarantine',
+        DETAIL  = 'This server is on WAL timeline ' || timeline || ' since a promotion; grants the old '
+                  || 'primary made may have been lost, and their holders may act until ' || until || '.',
+        HINT    = 'Retry after ' || until || '; leases visible here can still be renewed and released.';
+END
+$$;
+
 REVOKE ALL ON FUNCTION lease._text_violations(text, text, boolean, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._max_ttl_violations(interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._timeline() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._quarantine_end(bigint, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_quarantined(text, text, bigint, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._interval_violations(text, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._data_violations(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid_input(text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._check_grant_args(text, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._check_grant_args(text, text, text, bigint, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------------------
@@ -315,7 +449,29 @@ DECLARE
     v_expires_at timestamptz;
     v_same_data boolean;         -- the current grant's data is already `data`
     v_watched boolean;           -- someone watches the key: notify pg_lease_changed
+    v_timeline bigint;           -- the server's WAL timeline
+    v_floor bigint;              -- no grant's epoch is below it: the timeline band and the min epoch (§8)
+    v_max_ttl interval;          -- the installing role's ttl cap (lease.configure); NULL: none
+    v_quarantine interval;       -- the failover quarantine's length (lease.configure); NULL: off
+    v_quarantined timestamptz;   -- in a failover quarantine until then: no new grant (§8.4)
 BEGIN
+    -- The timeline, the least epoch of a grant on it, and the installing role's settings, in one read.
+    -- The band of timeline t is (t - 1) * 2^40; a min epoch set on timeline t0 rises by 2^40 on every
+    -- later timeline, so that it stays above what the old timeline granted (§8.5).
+    SELECT t.t, GREATEST((t.t - 1) * 1099511627776,
+                         s.min_epoch + GREATEST(t.t - s.min_epoch_timeline, 0) * 1099511627776),
+           s.max_ttl, s.failover_quarantine
+      INTO v_timeline, v_floor, v_max_ttl, v_quarantine
+      FROM (SELECT ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+                       ::pg_catalog.bit(32)::bigint AS t) AS t          -- lease._timeline(), inline
+      LEFT JOIN lease.settings AS s ON true;
+    IF v_quarantine IS NOT NULL THEN
+        v_quarantined := lease._quarantine_end(v_timeline, v_quarantine, true);
+        IF v_quarantined <= pg_catalog.clock_timestamp() THEN
+            v_quarantined := NULL;           -- over
+        END IF;
+    END IF;
+
     -- The common case first: an owner of 1..1024 bytes, a ttl in (0, 365 days], no wait and data of
     -- at most 8192 bytes (lengths
     -- of durations in seconds, as everywhere: EXTRACT(epoch ...) is date_part's value, exact). The
@@ -326,7 +482,8 @@ BEGIN
     IF (pg_catalog.octet_length(acquire.owner) <@ '[1,1024]'::pg_catalog.int4range
         AND EXTRACT(epoch FROM acquire.ttl) <@ '(0,31536000]'::pg_catalog.numrange
         AND EXTRACT(epoch FROM acquire.wait) = 0
-        AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192) IS NOT TRUE
+        AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192
+        AND (v_max_ttl IS NULL OR EXTRACT(epoch FROM acquire.ttl) <= EXTRACT(epoch FROM v_max_ttl))) IS NOT TRUE
     THEN
         -- Invalid input (22023, naming every violation), or a blocking acquire.
         IF (acquire.key <> '' AND pg_catalog.octet_length(acquire.key) <= 1024
@@ -335,12 +492,15 @@ BEGIN
             AND pg_catalog.date_part('epoch', acquire.ttl) <= 31536000
             AND pg_catalog.date_part('epoch', acquire.wait) > 0                 -- wait in [0, 365 days]
             AND pg_catalog.date_part('epoch', acquire.wait) <= 31536000
-            AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192) IS NOT TRUE
+            AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192
+            AND (v_max_ttl IS NULL OR pg_catalog.date_part('epoch', acquire.ttl)
+                                      <= pg_catalog.date_part('epoch', v_max_ttl))) IS NOT TRUE
         THEN
             PERFORM lease._raise_invalid_input('lease.acquire',
                 lease._text_violations('key', acquire.key, false, false)
                 || lease._text_violations('owner', acquire.owner, false, false)
                 || lease._interval_violations('ttl', acquire.ttl, true)
+                || lease._max_ttl_violations(acquire.ttl, v_max_ttl)
                 || lease._interval_violations('wait', acquire.wait, false)
                 || lease._data_violations(acquire.data));
         END IF;
@@ -359,8 +519,20 @@ BEGIN
                     RETURN r;
                 END IF;
                 RAISE no_data_found;             -- roll back the refused attempt and its locks
-            EXCEPTION WHEN no_data_found THEN
-                NULL;
+            EXCEPTION
+                WHEN no_data_found THEN
+                    NULL;
+                WHEN SQLSTATE 'LE004' THEN
+                    -- The key is free, but this server is in a failover quarantine: sleep to its end
+                    -- (the next poll), never past our deadline; at the deadline, say so (LE004).
+                    v_quarantined := lease._quarantine_end(v_timeline, v_quarantine, true);
+                    v_now := pg_catalog.clock_timestamp();
+                    IF v_now >= v_deadline THEN
+                        PERFORM lease._raise_quarantined('lease.acquire', acquire.key, v_timeline, v_quarantined);
+                    END IF;
+                    PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', LEAST(interval '50 milliseconds',
+                        GREATEST(v_quarantined - v_now, interval '0'), v_deadline - v_now)));
+                    CONTINUE;
             END;
             -- Held by another owner (as of a moment ago): sleep to the next poll, but never past the
             -- holder's expiry or our deadline. A plain read, no lock. If the key is free by now
@@ -389,21 +561,21 @@ BEGIN
     LOOP
         -- A FREE or LAPSED key: grant it with the next epoch. The row lock taken here is the only one
         -- acquire ever takes; a concurrent grant makes this UPDATE re-check the row and skip it.
+        -- (Not during a failover quarantine: then only the caller's own grant is returned, below.)
         -- The clock is read inline, so that PostgreSQL's re-check of a row changed by a concurrent
         -- commit re-reads it. v_done: the expiry was computed by a clock read no more than 1 ms before
         -- the statement held the row, so the statement did not wait for the row lock.
         UPDATE lease.leases AS l
            SET owner = acquire.owner,
-               -- The next epoch, and never below the current WAL timeline's band (§8: failover).
-               epoch = GREATEST(l.epoch + 1,
-                   (('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
-                        ::pg_catalog.bit(32)::bigint - 1) * 1099511627776),
+               -- The next epoch, and never below the floor (§8: the timeline band, the min epoch).
+               epoch = GREATEST(l.epoch + 1, v_floor),
                expires_at = pg_catalog.clock_timestamp()
                             + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second',
                waiting = false,
                data = acquire.data
          WHERE l.key = acquire.key
            AND (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
+           AND v_quarantined IS NULL
         RETURNING true, l.epoch, l.expires_at,
                   l.expires_at - pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second'
                       >= pg_catalog.clock_timestamp() - interval '1 millisecond',
@@ -434,6 +606,9 @@ BEGIN
 
         IF FOUND THEN
             IF v_owner IS NULL OR v_expires_at <= pg_catalog.clock_timestamp() THEN
+                IF v_quarantined IS NOT NULL THEN
+                    PERFORM lease._raise_quarantined('lease.acquire', acquire.key, v_timeline, v_quarantined);
+                END IF;
                 CONTINUE;                    -- freed or lapsed since the UPDATE: try again
             ELSIF v_owner = acquire.owner THEN
                 -- Already ours: idempotent, nothing changes but the data (when given and other).
@@ -470,13 +645,14 @@ BEGIN
 
         -- No row: the key is new (or was purged). Create it above the epoch floor. The KEY SHARE lock on
         -- the sentinel waits out a running purge, so the floor read below includes what it removed.
+        IF v_quarantined IS NOT NULL THEN
+            PERFORM lease._raise_quarantined('lease.acquire', acquire.key, v_timeline, v_quarantined);
+        END IF;
         PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
         v_now := pg_catalog.clock_timestamp();
         INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, data)
         SELECT acquire.key, acquire.owner,
-               GREATEST(pg_catalog.max(f.floor) + 1,
-                   (('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
-                        ::pg_catalog.bit(32)::bigint - 1) * 1099511627776),
+               GREATEST(pg_catalog.max(f.floor) + 1, v_floor),
                v_now + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second', acquire.data
           FROM lease.epoch_floor AS f
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
@@ -551,6 +727,10 @@ BEGIN
            AND l.owner = renew.owner
            AND l.epoch = renew.epoch
            AND l.expires_at > pg_catalog.clock_timestamp()
+           -- The installing role's ttl cap, if any (a one-time subplan): a renewal above it renews
+           -- nothing and gets 22023 below.
+           AND pg_catalog.date_part('epoch', renew.ttl)
+               <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl) FROM lease.settings AS s), 31536000)
         RETURNING 'ok', l.expires_at, l.prior_expires_at,
                   l.prior_expires_at > pg_catalog.clock_timestamp()
                   AND l.expires_at - pg_catalog.date_part('epoch', renew.ttl) * interval '1 second'
@@ -589,7 +769,7 @@ BEGIN
             RETURN r;
         END IF;
         -- Nothing renewed: invalid input first (22023), then the refusal in its precedence.
-        PERFORM lease._check_grant_args('lease.renew', renew.key, renew.owner, renew.epoch);
+        PERFORM lease._check_grant_args('lease.renew', renew.key, renew.owner, renew.epoch, renew.ttl);
         r.status := lease._refusal(renew.key, renew.owner, renew.epoch);
         IF r.status <> 'ok' THEN
             r.expires_at := NULL;
@@ -900,7 +1080,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_violations text[] := lease._text_violations('owner', owner, false, false)
-                           || lease._interval_violations('ttl', ttl, true);
+                           || lease._interval_violations('ttl', ttl, true)
+                           || lease._max_ttl_violations(ttl, (SELECT s.max_ttl FROM lease.settings AS s));
     v_first integer;
     v_dup text;
 BEGIN
@@ -1005,11 +1186,14 @@ DECLARE
     v_locked boolean;
     r lease.renew_result;
 BEGIN
-    -- What the statement below relies on: a ttl in (0, 365 days] (it writes it) and two
+    -- What the statement below relies on: a ttl in (0, 365 days] and within the installing role's
+    -- cap (it writes it) and two
     -- one-dimensional arrays of the same length (it pairs them up). The owner and each pair need no
     -- check before it (invalid ones match no row; they send the call down the careful path, which
     -- checks everything first).
     IF (EXTRACT(epoch FROM renew_many.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+        AND EXTRACT(epoch FROM renew_many.ttl)
+            <= COALESCE((SELECT EXTRACT(epoch FROM s.max_ttl) FROM lease.settings AS s), 31536000)
         AND v_n <= 100000
         AND v_n = pg_catalog.cardinality(renew_many.epochs)
         AND COALESCE(pg_catalog.array_ndims(renew_many.keys), 1) = 1
@@ -1251,6 +1435,7 @@ DECLARE
     v_next timestamptz;
     v_now timestamptz;
     v_deadline timestamptz;
+    v_max_ttl interval := (SELECT s.max_ttl FROM lease.settings AS s);
 BEGIN
     IF (acquire_slot.semaphore <> '' AND pg_catalog.octet_length(acquire_slot.semaphore) <= 1018
         AND acquire_slot.owner <> '' AND pg_catalog.octet_length(acquire_slot.owner) <= 1024
@@ -1259,12 +1444,15 @@ BEGIN
         AND acquire_slot.max_holders >= 1 AND acquire_slot.max_holders <= 10000
         AND pg_catalog.date_part('epoch', acquire_slot.wait) >= 0
         AND pg_catalog.date_part('epoch', acquire_slot.wait) <= 31536000
-        AND pg_catalog.octet_length(COALESCE(acquire_slot.data, '')) <= 8192) IS NOT TRUE
+        AND pg_catalog.octet_length(COALESCE(acquire_slot.data, '')) <= 8192
+        AND (v_max_ttl IS NULL OR pg_catalog.date_part('epoch', acquire_slot.ttl)
+                                  <= pg_catalog.date_part('epoch', v_max_ttl))) IS NOT TRUE
     THEN
         PERFORM lease._raise_invalid_input('lease.acquire_slot',
             lease._semaphore_violations(acquire_slot.semaphore)
             || lease._text_violations('owner', acquire_slot.owner, false, false)
             || lease._interval_violations('ttl', acquire_slot.ttl, true)
+            || lease._max_ttl_violations(acquire_slot.ttl, v_max_ttl)
             || lease._slot_count_violations('max_holders', acquire_slot.max_holders)
             || lease._interval_violations('wait', acquire_slot.wait, false)
             || lease._data_violations(acquire_slot.data));
@@ -1282,8 +1470,20 @@ BEGIN
                     RETURN r;
                 END IF;
                 RAISE no_data_found;
-            EXCEPTION WHEN no_data_found THEN
-                NULL;
+            EXCEPTION
+                WHEN no_data_found THEN
+                    NULL;
+                WHEN SQLSTATE 'LE004' THEN
+                    -- A free slot, but a failover quarantine: poll until it ends or the wait runs out
+                    -- (then LE004 again, from the last attempt).
+                    v_now := pg_catalog.clock_timestamp();
+                    IF v_now >= v_deadline THEN
+                        RETURN lease.acquire_slot(acquire_slot.semaphore, acquire_slot.owner, acquire_slot.ttl,
+                                                  acquire_slot.max_holders, interval '0', acquire_slot.data);
+                    END IF;
+                    PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch',
+                        LEAST(interval '50 milliseconds', v_deadline - v_now)));
+                    CONTINUE;
             END;
             SELECT pg_catalog.count(*), pg_catalog.min(l.expires_at) INTO v_held, v_next
               FROM lease.leases AS l
@@ -1483,13 +1683,169 @@ REVOKE ALL ON FUNCTION lease.purge(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.purge(interval) TO @extowner@ WITH GRANT OPTION;
 
 -- ---------------------------------------------------------------------------------------------------
+-- lease.configuration() -> (max_ttl, failover_quarantine, timeline, quarantine_until, min_epoch)
+--
+-- Contract: docs/SEMANTICS.md §8.4-8.5. The installing role's settings as they apply now: the ttl cap
+-- and the quarantine length (NULL: none), the server's WAL timeline, the end of the current failover
+-- quarantine (NULL when none is configured or none began on this timeline; in the past when over), and
+-- the least epoch a grant gets now (the timeline band or the min epoch, whichever is higher). Reads
+-- only: it never starts a quarantine.
+-- ---------------------------------------------------------------------------------------------------
+CREATE TYPE lease.configuration_result AS (
+    max_ttl interval, failover_quarantine interval, timeline bigint,
+    quarantine_until timestamptz, min_epoch bigint);
+
+CREATE FUNCTION lease.configuration()
+RETURNS lease.configuration_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r lease.configuration_result;
+BEGIN
+    SELECT s.max_ttl, s.failover_quarantine, t.t,
+           GREATEST((t.t - 1) * 1099511627776,
+                    s.min_epoch + GREATEST(t.t - s.min_epoch_timeline, 0) * 1099511627776)
+      INTO r.max_ttl, r.failover_quarantine, r.timeline, r.min_epoch
+      FROM (SELECT lease._timeline() AS t) AS t
+      LEFT JOIN lease.settings AS s ON true;
+    r.quarantine_until := lease._quarantine_end(r.timeline, r.failover_quarantine, false);
+    RETURN r;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.configure(max_ttl, failover_quarantine DEFAULT NULL) -> lease.configuration()
+--
+-- Contract: docs/SEMANTICS.md §8.4. Sets the installing role's ttl cap (NULL: none; every acquire,
+-- acquire_slot, renew and renew_many with a longer ttl gets 22023 once this commits) and the failover
+-- quarantine (NULL: off): after a promotion, no new grant for that long from the first acquire on the
+-- new timeline. A quarantine needs a cap and is at least as long as it. Enabling the quarantine does
+-- not start one on the current timeline; changing its length moves the end of a running one. 22023 on
+-- invalid input, changing nothing. EXECUTE: the installing role only (it may grant it on).
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.configure(max_ttl interval, failover_quarantine interval DEFAULT NULL)
+RETURNS lease.configuration_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_violations text[] := '{}';
+    v_timeline bigint := lease._timeline();
+    v_was interval;
+    v_mark bigint;
+BEGIN
+    IF configure.max_ttl IS NOT NULL THEN
+        v_violations := v_violations || lease._interval_violations('max_ttl', configure.max_ttl, true);
+    END IF;
+    IF configure.failover_quarantine IS NOT NULL THEN
+        v_violations := v_violations
+            || lease._interval_violations('failover_quarantine', configure.failover_quarantine, true);
+        IF configure.max_ttl IS NULL THEN
+            v_violations := v_violations || 'failover_quarantine needs max_ttl (a cap on every ttl)'::text;
+        ELSIF pg_catalog.date_part('epoch', configure.failover_quarantine)
+              < pg_catalog.date_part('epoch', configure.max_ttl) THEN
+            v_violations := v_violations || ('failover_quarantine must be at least max_ttl (got '
+                || configure.failover_quarantine || ' < ' || configure.max_ttl || ')');
+        END IF;
+    END IF;
+    IF pg_catalog.cardinality(v_violations) > 0 THEN
+        PERFORM lease._raise_invalid_input('lease.configure', v_violations);
+    END IF;
+
+    -- One configuration at a time (the row lock; a first one waits on the INSERT's key).
+    SELECT s.failover_quarantine INTO v_was FROM lease.settings AS s FOR UPDATE;
+    IF configure.failover_quarantine IS NOT NULL THEN
+        IF v_was IS NOT NULL THEN
+            -- A quarantine was on: a promotion not yet seen by an acquire starts its quarantine now.
+            PERFORM lease._quarantine_end(v_timeline, v_was, true);
+        ELSE
+            -- Turned on: the current timeline is not a promotion it has to answer for.
+            SELECT m.last_value INTO v_mark FROM lease.quarantine_mark AS m;
+            IF v_mark / 4294967296 <> v_timeline THEN
+                PERFORM pg_catalog.setval('lease.quarantine_mark'::pg_catalog.regclass,
+                                          v_timeline * 4294967296);
+            END IF;
+        END IF;
+    END IF;
+    INSERT INTO lease.settings AS s (singleton, max_ttl, failover_quarantine)
+    VALUES (true, configure.max_ttl, configure.failover_quarantine)
+    ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
+       SET max_ttl = EXCLUDED.max_ttl, failover_quarantine = EXCLUDED.failover_quarantine;
+    RETURN lease.configuration();
+END
+$$;
+
+REVOKE ALL ON FUNCTION lease.configure(interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.configure(interval, interval) TO @extowner@ WITH GRANT OPTION;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.high_water() -> bigint
+--
+-- Contract: docs/SEMANTICS.md §8.5. An epoch at least as high as every epoch this database granted or
+-- holds in reserve: every key's epoch (a FREE key's is the next one it grants), the purge floor, and
+-- the least epoch a grant gets now minus one. Moving keys to another database: raise that database's
+-- min epoch above it (lease.raise_min_epoch). Reads every row: an operator's call, not a worker's.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.high_water()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT GREATEST((SELECT pg_catalog.max(l.epoch) FROM lease.leases AS l),
+                    (SELECT pg_catalog.max(f.floor) FROM lease.epoch_floor AS f),
+                    (SELECT c.min_epoch - 1 FROM lease.configuration() AS c))
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.raise_min_epoch(at_least) -> bigint
+--
+-- Contract: docs/SEMANTICS.md §8.5. Once this commits, every grant in this database has an epoch of at
+-- least at_least (and 2^40 more for every later timeline). Never lowers the minimum; returns the least
+-- epoch a grant gets now. For moving keys here from another database: at_least = its
+-- lease.high_water() + 1. 22023 for NULL, a negative value or one above 2^62. EXECUTE: the installing
+-- role only.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.raise_min_epoch(at_least bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_timeline bigint := lease._timeline();
+BEGIN
+    IF (raise_min_epoch.at_least >= 0 AND raise_min_epoch.at_least <= 4611686018427387904) IS NOT TRUE THEN
+        PERFORM lease._raise_invalid_input('lease.raise_min_epoch',
+            ARRAY[CASE WHEN raise_min_epoch.at_least IS NULL THEN 'at_least must not be NULL'
+                       WHEN raise_min_epoch.at_least < 0 THEN 'at_least must not be negative'
+                       ELSE 'at_least must be at most 2^62 (got ' || raise_min_epoch.at_least || ')' END]);
+    END IF;
+    -- The minimum as it applies on this timeline, raised, and counted from this timeline on.
+    INSERT INTO lease.settings AS s (singleton, min_epoch, min_epoch_timeline)
+    VALUES (true, raise_min_epoch.at_least, v_timeline)
+    ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
+       SET min_epoch = GREATEST(s.min_epoch + GREATEST(v_timeline - s.min_epoch_timeline, 0) * 1099511627776,
+                                EXCLUDED.min_epoch),
+           min_epoch_timeline = v_timeline;
+    RETURN (SELECT c.min_epoch FROM lease.configuration() AS c);
+END
+$$;
+
+REVOKE ALL ON FUNCTION lease.raise_min_epoch(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.raise_min_epoch(bigint) TO @extowner@ WITH GRANT OPTION;
+
+-- ---------------------------------------------------------------------------------------------------
 -- lease.version() -> text: the version of the pg_lease SQL API installed in this database.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.6.0'::text $$;
+AS $$ SELECT '0.7.0'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Who may call the API: every role, by default. The grant is made by the installing role (through a
