@@ -734,3 +734,67 @@ async fn a_sharded_client_needs_a_client_for_every_shard_and_moves_slots_only_fr
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transfer_refuses_when_the_source_grants_a_key_of_the_slot_after_its_drain() {
+    let pair = Pair::new("shard_late").await;
+    let map: SlotMap = "8:0-3=a,4-7=b".parse().unwrap();
+    let slot = 0;
+    let k = keys_in(&map, slot, "late", 1).remove(0);
+    // The target's settings row exists, and a superuser transaction locks it: the transfer's
+    // raise of the target's minimum waits there, after its drain and before its last look.
+    let admin_b = pair.admin(1).await;
+    pglease::raise_min_epoch(&admin_b, 0).await.unwrap();
+    let mut su_b = pair.superuser(1).await;
+    let lock = su_b.transaction().await.unwrap();
+    lock.execute("SELECT 1 FROM lease.settings FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let mv = SlotMove::new(&map, slot, "b").unwrap();
+    let transfer = tokio::spawn({
+        let (mv, db) = (mv.clone(), pair.db.clone());
+        async move {
+            let source = raw(&conninfo(&servers()[0], &db, ADMIN)).await;
+            let target = raw(&conninfo(&servers()[1], &db, ADMIN)).await;
+            mv.transfer(&source, &target, Duration::from_secs(30)).await
+        }
+    });
+    let watcher = pair.superuser(1).await;
+    eventually(
+        "the transfer's raise waits for the lock",
+        Duration::from_secs(10),
+        || {
+            let watcher = &watcher;
+            async move {
+                let n: i64 = watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity \
+                          WHERE wait_event_type = 'Lock' AND query LIKE '%raise_min_epoch%'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                (n > 0).then_some(())
+            }
+        },
+    )
+    .await;
+    // A client that never got the paused map grants a key of the slot on the source.
+    let app_a = raw(&pair.conninfo(0, APP)).await;
+    let stale = pglease::acquire(&app_a, &k, "stale", TTL, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("free");
+    lock.commit().await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(30), transfer)
+        .await
+        .expect("the transfer ends")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_slot_busy(), "{e}");
+    assert_eq!(e.holders().len(), 1);
+    assert_eq!(e.holders()[0].key, k);
+    assert_eq!(e.holders()[0].state.epoch, stale.epoch);
+    assert_eq!(e.holders()[0].state.owner.as_deref(), Some("stale"));
+}
