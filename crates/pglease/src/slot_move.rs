@@ -118,10 +118,10 @@ impl SlotMove {
     ///
     /// ```
     /// let map = pglease::SlotMap::even(8, &["a", "b"]).unwrap();
-    /// let mv = pglease::SlotMove::new(&map, 2, "b").unwrap();
+    /// let mv = pglease::SlotMove::new(&map, 3, "b").unwrap();
     /// assert_eq!((mv.source(), mv.target()), ("a", "b"));
-    /// assert_eq!(mv.paused_map().to_string(), "8:0-1=a,!2=a,3=a,4-7=b");
-    /// assert_eq!(mv.moved_map().to_string(), "8:0-1=a,2-7=b");
+    /// assert_eq!(mv.paused_map().to_string(), "8:0-2=a,!3=a,4-7=b");
+    /// assert_eq!(mv.moved_map().to_string(), "8:0-2=a,3-7=b");
     /// ```
     pub fn new(
         map: &SlotMap,
