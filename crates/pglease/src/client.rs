@@ -86,6 +86,10 @@ impl Default for Options {
 /// Every [`Lease`] it grants keeps it alive; dropping all clones of a client and all its leases
 /// stops its background tasks. [`Client::shutdown`] releases every lease and stops them at once.
 ///
+/// A client given to a [`crate::ShardedClient`] is one shard of it for good: each of its acquire
+/// attempts (keys, semaphore slots, campaigns) is checked against the sharded client's slot map
+/// in force ([`Error::is_slot_paused`], [`Error::is_wrong_shard`]); renewals and releases are not.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -185,6 +189,9 @@ impl Client {
     ///   (client, nothing sent).
     /// - [`Error::is_connection`]: no answer. The server may have granted the key; the client then
     ///   releases it in the background.
+    /// - [`Error::is_slot_paused`], [`Error::is_wrong_shard`] (client-side, nothing sent): this
+    ///   client is a shard of a [`crate::ShardedClient`] whose map in force pauses the key's slot
+    ///   or gives it to another shard.
     /// - [`Error::is_closed`] after [`Client::shutdown`]; any other server error.
     ///
     /// # Cancel safety

@@ -160,6 +160,9 @@ impl Semaphore {
     ///   too large or a ttl too short for the safety margin (client, nothing sent).
     /// - [`Error::is_connection`]: no answer. A slot may have been granted; the client then
     ///   releases it in the background.
+    /// - [`Error::is_slot_paused`], [`Error::is_wrong_shard`] (client-side, nothing sent): the
+    ///   client is a shard of a [`crate::ShardedClient`] whose map in force pauses the semaphore's
+    ///   slot or gives it to another shard.
     /// - [`Error::is_closed`] after [`Client::shutdown`]; any other server error.
     ///
     /// # Cancel safety

@@ -293,15 +293,7 @@ impl ShardedClient {
                 router,
             }),
         };
-        let map = sharded.map();
-        tracing::info!(
-            target: trace::SHARD,
-            generation = 0u64,
-            slots = map.slots(),
-            shards = %map.shards().join(","),
-            paused = map.ranges().filter(|r| r.paused).map(|r| r.end - r.start + 1).sum::<u32>(),
-            "slot map in force"
-        );
+        log_in_force(0, &sharded.map());
         Ok(sharded)
     }
 
@@ -499,7 +491,9 @@ impl ShardedClient {
     ///
     /// The election is bound to that shard's client: after the slot of `name` moved, its
     /// campaigns fail with [`Error::is_wrong_shard`]; make it again. Observing it
-    /// ([`Election::observe`], [`Election::leader`]) reads that shard.
+    /// ([`Election::observe`], [`Election::leader`]) reads that shard and is not checked against
+    /// the map: an observer made before a move keeps reading the old shard (no leader there), so
+    /// make observers again after a move too.
     ///
     /// # Errors
     ///
@@ -570,22 +564,15 @@ impl ShardedClient {
     /// ```
     pub fn set_map(&self, map: SlotMap) -> std::result::Result<(), SlotMapError> {
         check_clients(&map, &self.inner.clients)?;
+        let map = Arc::new(map);
         let generation = {
             let mut state = self.inner.router.state();
             check_change(&state.map, &map)?;
-            state.map = Arc::new(map);
+            state.map = Arc::clone(&map);
             state.generation += 1;
             state.generation
         };
-        let map = self.map();
-        tracing::info!(
-            target: trace::SHARD,
-            generation,
-            slots = map.slots(),
-            shards = %map.shards().join(","),
-            paused = map.ranges().filter(|r| r.paused).map(|r| r.end - r.start + 1).sum::<u32>(),
-            "slot map in force"
-        );
+        log_in_force(generation, &map);
         Ok(())
     }
 
@@ -677,6 +664,18 @@ impl ShardedClient {
         let all = self.inner.clients.values().map(Client::shutdown);
         futures_util::future::join_all(all).await;
     }
+}
+
+/// The `slot map in force` event of map generation `generation`.
+fn log_in_force(generation: u64, map: &SlotMap) {
+    tracing::info!(
+        target: trace::SHARD,
+        generation,
+        slots = map.slots(),
+        shards = %map.shards().join(","),
+        paused = map.ranges().filter(|r| r.paused).map(|r| r.end - r.start + 1).sum::<u32>(),
+        "slot map in force"
+    );
 }
 
 /// Every shard `map` names has a client in `clients`.

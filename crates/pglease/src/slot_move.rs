@@ -264,8 +264,8 @@ impl SlotMove {
     ///
     /// `source` and `target` are connections (or transactions) to the two databases; `target`'s
     /// role must be allowed to call `lease.raise_min_epoch` (by default only the role that
-    /// installed pg_lease). Each statement is bounded by 30 s; the whole call by `wait` plus
-    /// four statements.
+    /// installed pg_lease). The wait for the source's holders is bounded by `wait`, and each
+    /// statement by 30 s.
     ///
     /// # Errors
     ///
