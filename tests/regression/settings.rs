@@ -281,3 +281,17 @@ async fn high_water_is_at_least_every_epoch_granted_released_or_purged() {
     let e = grant(&app, "after", "w", "1 hour").await;
     assert_eq!(high_water(&app).await, e);
 }
+
+/// The quarantine's error never degrades into another one when its end is unknown (a NULL in a
+/// RAISE option is PL/pgSQL's 22004, the defect class of FAILURE-MODEL.md D3).
+#[tokio::test]
+async fn the_quarantine_error_is_le004_even_without_a_known_end() {
+    let (_, _, su) = fresh("settings_quarantine_error").await;
+    let e = expect_error(
+        &su,
+        "SELECT lease._raise_quarantined('lease.acquire', 'k', 2, NULL)",
+    )
+    .await;
+    assert_eq!(e.code, "LE004");
+    assert!(e.detail.is_some());
+}

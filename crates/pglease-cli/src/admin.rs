@@ -1,5 +1,5 @@
 //! The operator's commands: `install` (CREATE EXTENSION or the extension-less script), `status`
-//! (server, installation, lease counts) and `local start | stop | status | url` (the embedded
+//! (server, installation, lease counts), `configure` (the ttl cap and the failover quarantine) and `local start | stop | status | url` (the embedded
 //! server, see `local.rs`).
 
 use std::process::ExitCode;
@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use serde::Serialize;
 use tokio_postgres::Client;
 
-use crate::cli::{InstallArgs, LocalStartArgs, LocalStatusArgs, LocalUrlArgs, StatusArgs};
+use crate::cli::{
+    ConfigureArgs, InstallArgs, LocalStartArgs, LocalStatusArgs, LocalUrlArgs, OutputArgs,
+    StatusArgs,
+};
 use crate::connect::{Limits, Target};
 use crate::exit::BoxError;
 use crate::local::LocalServer;
@@ -107,6 +110,62 @@ async fn counts(client: &Client) -> Result<Counts, BoxError> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// `pglease configure`: shows the settings, or changes those given (the others keep their value)
+/// and shows the result.
+pub async fn configure(args: ConfigureArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let client = target.connect().await?;
+    let mut c = target.answer(pglease::configuration(&client)).await?;
+    if args.changes() {
+        let max_ttl = match (args.max_ttl, args.no_max_ttl) {
+            (Some(d), _) => Some(d),
+            (None, true) => None,
+            (None, false) => c.max_ttl,
+        };
+        let quarantine = match (args.failover_quarantine, args.no_failover_quarantine) {
+            (Some(d), _) => Some(d),
+            (None, true) => None,
+            // Removing the cap removes the quarantine that needs it.
+            (None, false) if max_ttl.is_none() => None,
+            (None, false) => c.failover_quarantine,
+        };
+        c = target
+            .answer(pglease::configure(&client, max_ttl, quarantine))
+            .await?;
+    }
+    print_configuration(args.output, &c)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_configuration(output: OutputArgs, c: &pglease::Configuration) -> std::io::Result<()> {
+    #[derive(Serialize)]
+    struct Json {
+        max_ttl_ms: Option<u64>,
+        failover_quarantine_ms: Option<u64>,
+        timeline: i64,
+        quarantine_until: Option<String>,
+        min_epoch: i64,
+    }
+    let until = c.quarantine_until.map(output::timestamp);
+    if output.json {
+        return output::json(&Json {
+            max_ttl_ms: c.max_ttl.map(output::millis),
+            failover_quarantine_ms: c.failover_quarantine.map(output::millis),
+            timeline: c.timeline,
+            quarantine_until: until,
+            min_epoch: c.min_epoch,
+        });
+    }
+    let or_none = |d: Option<std::time::Duration>| d.map_or("none".to_owned(), output::duration);
+    output::out(&format!(
+        "max ttl: {}\nfailover quarantine: {}\ntimeline: {}\nquarantine until: {}\nmin epoch: {}\n",
+        or_none(c.max_ttl),
+        or_none(c.failover_quarantine),
+        c.timeline,
+        until.as_deref().unwrap_or("none"),
+        c.min_epoch
+    ))
 }
 
 /// `pglease status`.

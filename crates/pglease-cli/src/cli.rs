@@ -177,6 +177,17 @@ pub enum Command {
     /// lease.purge(interval) to others.
     Purge(PurgeArgs),
 
+    /// Show or change the installing role's settings: the ttl cap and the failover quarantine.
+    ///
+    /// Without options, shows them (and the server's WAL timeline, a running quarantine, the least
+    /// epoch of a grant). --max-ttl caps every ttl (a longer acquire or renewal fails with 22023);
+    /// --failover-quarantine (at least --max-ttl) makes a promoted server refuse new grants
+    /// (SQLSTATE LE004) for that long after its first acquire on the new timeline, so that grants
+    /// an asynchronous standby never received have run out before anyone else gets their keys
+    /// (docs/SEMANTICS.md §8.4). Options not given keep their current value. Only the role that
+    /// installed pg_lease may change them, unless it granted EXECUTE on lease.configure.
+    Configure(ConfigureArgs),
+
     /// Install one of our extensions (pg_lease by default) into the database, and first what it
     /// requires: CREATE EXTENSION, or its SQL script with --schema-only.
     ///
@@ -655,6 +666,42 @@ pub struct PurgeArgs {
     pub output: OutputArgs,
     #[command(flatten)]
     pub conn: ConnArgs,
+}
+
+/// Options of `pglease configure`.
+#[derive(Debug, Args)]
+pub struct ConfigureArgs {
+    /// Cap every ttl at this, e.g. 60s (at most 365 days).
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, conflicts_with = "no_max_ttl")]
+    pub max_ttl: Option<Duration>,
+    /// Remove the ttl cap (and so the quarantine, which needs it).
+    #[arg(long)]
+    pub no_max_ttl: bool,
+    /// After a promotion, refuse new grants for this long, e.g. 70s (at least the cap).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_ttl,
+        conflicts_with = "no_failover_quarantine"
+    )]
+    pub failover_quarantine: Option<Duration>,
+    /// Turn the failover quarantine off.
+    #[arg(long)]
+    pub no_failover_quarantine: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+impl ConfigureArgs {
+    /// Whether any setting is to change (otherwise the command only shows them).
+    pub fn changes(&self) -> bool {
+        self.max_ttl.is_some()
+            || self.no_max_ttl
+            || self.failover_quarantine.is_some()
+            || self.no_failover_quarantine
+    }
 }
 
 /// Options of `pglease install`.

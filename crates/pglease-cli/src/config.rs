@@ -9,8 +9,8 @@
 use std::process::ExitCode;
 
 use crate::cli::{
-    AcquireArgs, Cli, Command, DemoArgs, InspectArgs, InstallArgs, LeaderArgs, ListArgs,
-    LocalCommand, PurgeArgs, QueueCommand, ReleaseArgs, RenewArgs, RunArgs, StatusArgs,
+    AcquireArgs, Cli, Command, ConfigureArgs, DemoArgs, InspectArgs, InstallArgs, LeaderArgs,
+    ListArgs, LocalCommand, PurgeArgs, QueueCommand, ReleaseArgs, RenewArgs, RunArgs, StatusArgs,
 };
 use crate::connect::{ConfigError, Limits, Target};
 use crate::exit::{self, BoxError};
@@ -48,6 +48,8 @@ pub enum Config {
     List { args: ListArgs, target: Target },
     /// `pglease purge`.
     Purge { args: PurgeArgs, target: Target },
+    /// `pglease configure`.
+    Configure { args: ConfigureArgs, target: Target },
     /// `pglease install`.
     Install { args: InstallArgs, target: Target },
     /// `pglease status`.
@@ -111,6 +113,10 @@ impl Config {
                 target: target(&args.conn)?,
                 args,
             },
+            Command::Configure(args) => Config::Configure {
+                target: target(&args.conn)?,
+                args,
+            },
             Command::Install(args) => Config::Install {
                 target: target(&args.conn)?,
                 args,
@@ -170,6 +176,9 @@ impl Config {
             }
             Config::List { args, target } => until_signal(leases::list(args, &target)).await,
             Config::Purge { args, target } => until_signal(leases::purge(args, &target)).await,
+            Config::Configure { args, target } => {
+                until_signal(admin::configure(args, &target)).await
+            }
             Config::Install { args, target } => until_signal(admin::install(args, &target)).await,
             Config::Status { args, target } => until_signal(admin::status(args, &target)).await,
             Config::Queue { command, target } => match command {

@@ -139,14 +139,16 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_until text := COALESCE(until::text, 'the end of the quarantine');   -- never a NULL message
 BEGIN
     RAISE EXCEPTION USING
         ERRCODE = 'LE004',
         MESSAGE = fn || ': no new grant of ' || pg_catalog.quote_literal(key)
                   || ' during the failover quarantine',
         DETAIL  = 'This server is on WAL timeline ' || timeline || ' since a promotion; grants the old '
-                  || 'primary made may have been lost, and their holders may act until ' || until || '.',
-        HINT    = 'Retry after ' || until || '; leases visible here can still be renewed and released.';
+                  || 'primary made may have been lost, and their holders may act until ' || v_until || '.',
+        HINT    = 'Retry after ' || v_until || '; leases visible here can still be renewed and released.';
 END
 $$;
 

@@ -398,3 +398,89 @@ fn inspect_and_list_show_the_data_of_a_held_lease_and_not_after_it_ends() {
         "released: no data: {inspected}"
     );
 }
+
+#[test]
+fn configure_shows_and_changes_the_ttl_cap_and_the_failover_quarantine() {
+    let case = Case::new("configure");
+    let shown = case.pglease(["configure", "--json"]).expect_code(0).json();
+    expect_eq(
+        "no cap by default",
+        serde_json::Value::Null,
+        shown["max_ttl_ms"].clone(),
+    );
+    expect_eq(
+        "no quarantine by default",
+        serde_json::Value::Null,
+        shown["failover_quarantine_ms"].clone(),
+    );
+    expect_eq(
+        "a server never promoted",
+        1,
+        shown["timeline"].as_i64().unwrap(),
+    );
+
+    let set = case
+        .pglease([
+            "configure",
+            "--max-ttl",
+            "1m",
+            "--failover-quarantine",
+            "70s",
+            "--json",
+        ])
+        .expect_code(0)
+        .json();
+    expect_eq("the cap", 60_000, set["max_ttl_ms"].as_u64().unwrap());
+    expect_eq(
+        "the quarantine",
+        70_000,
+        set["failover_quarantine_ms"].as_u64().unwrap(),
+    );
+    expect_eq(
+        "no quarantine runs without a promotion",
+        serde_json::Value::Null,
+        set["quarantine_until"].clone(),
+    );
+    // A ttl above the cap is refused by the server (exit 1, 22023); at the cap it is granted.
+    let refused = case
+        .pglease(["acquire", "--key", "capped", "--ttl", "2m"])
+        .output();
+    refused.expect_code(1);
+    assert!(refused.stderr().contains("22023"), "{}", refused.report());
+    case.pglease(["acquire", "--key", "capped", "--ttl", "1m"])
+        .expect_code(0);
+
+    // An option not given keeps its value; a quarantine shorter than the cap is refused.
+    let kept = case
+        .pglease(["configure", "--failover-quarantine", "2m", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "the cap is kept",
+        60_000,
+        kept["max_ttl_ms"].as_u64().unwrap(),
+    );
+    let short = case
+        .pglease(["configure", "--failover-quarantine", "30s"])
+        .output();
+    short.expect_code(1);
+    assert!(short.stderr().contains("22023"), "{}", short.report());
+
+    // Removing the cap removes the quarantine that needs it.
+    let cleared = case
+        .pglease(["configure", "--no-max-ttl", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "no cap",
+        serde_json::Value::Null,
+        cleared["max_ttl_ms"].clone(),
+    );
+    expect_eq(
+        "no quarantine",
+        serde_json::Value::Null,
+        cleared["failover_quarantine_ms"].clone(),
+    );
+    let text = case.pglease(["configure"]).expect_code(0).stdout();
+    assert!(text.contains("max ttl: none"), "{text}");
+}
