@@ -16,8 +16,9 @@
 //!
 //! # Observability
 //!
-//! [`acquire`], [`renew`], [`release`] and [`purge`] log the server's answer on target
-//! `pglease::call`: a grant and an `ok` release at `info`, everything else at `debug`. Inside a
+//! [`acquire`], [`renew`], [`release`], [`purge`] and [`raise_min_epoch`] log the server's answer
+//! on target `pglease::call`: a grant, an `ok` release, a purge and a raised minimum at `info`,
+//! everything else at `debug`. Inside a
 //! transaction the event says what the server answered; it takes effect only if the transaction
 //! commits.
 //!
@@ -73,6 +74,8 @@ const LIST: &str = "SELECT key, held, owner, epoch, expires_at, data FROM lease.
 const WATCH: &str = "SELECT held, owner, epoch, expires_at, data, \
      ceil(extract(epoch FROM lapses_in) * 1000000)::bigint FROM lease.watch($1)";
 const PURGE: &str = "SELECT lease.purge($1::bigint * interval '1 microsecond')";
+const HIGH_WATER: &str = "SELECT lease.high_water()";
+const RAISE_MIN_EPOCH: &str = "SELECT lease.raise_min_epoch($1)";
 /// The columns of lease.configuration_result, durations in whole microseconds.
 const CONFIGURATION_COLUMNS: &str = "floor(extract(epoch FROM c.max_ttl) * 1000000)::bigint, \
      floor(extract(epoch FROM c.failover_quarantine) * 1000000)::bigint, \
@@ -458,6 +461,88 @@ pub async fn configuration<C: GenericClient>(client: &C) -> Result<Configuration
         &one_row(rows, "lease.configuration")?,
         "lease.configuration",
     )
+}
+
+/// The database's high-water epoch (`lease.high_water()`, pg_lease 0.7.0, docs/SEMANTICS.md
+/// §8.5): at least every epoch this database granted or holds in reserve — every key's epoch (a
+/// free key's is the next one it grants), the purge floor, and the least epoch a grant gets now
+/// minus one. Any role with USAGE on schema `lease` may call it; it only reads, but it reads every
+/// row (an operator's call, not a worker's).
+///
+/// A slot move reads it on the source and raises the target's minimum epoch above it
+/// ([`crate::SlotMove`]), so that the target's grants of the slot's keys exceed every epoch the
+/// source granted.
+///
+/// # Errors
+///
+/// Any server error (SQLSTATE `42883` if the installed pg_lease predates 0.7.0),
+/// [`Error::is_connection`] or [`Error::is_protocol`] (a NULL or negative answer).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// let high_water = pglease::high_water(client).await?;
+/// println!("no epoch above {high_water} was ever granted here");
+/// # Ok(())
+/// # }
+/// ```
+pub async fn high_water<C: GenericClient>(client: &C) -> Result<i64> {
+    const CALL: &str = "lease.high_water";
+    let rows = client.query_typed(HIGH_WATER, &[]).await?;
+    epoch_answer(&one_row(rows, CALL)?, CALL)
+}
+
+/// Raises the database's minimum epoch to at least `at_least` (`lease.raise_min_epoch`, pg_lease
+/// 0.7.0, docs/SEMANTICS.md §8.5): once this call commits, every grant in the database — of any
+/// key, new, free or lapsed — has an epoch `>= at_least`, and after later promotions 2^40 more for
+/// every timeline since. It never lowers the minimum, and grants already held keep their epochs;
+/// returns the least epoch a grant gets now (`>= at_least`).
+///
+/// Only the role that installed pg_lease may call it by default, like [`purge`]. Inside a
+/// transaction it takes effect when the transaction commits. Make sure the commit has reached
+/// every standby that could be promoted before relying on it (synchronous replication, or wait
+/// for the standbys to replay it), as for any other write.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): `at_least` negative or above 2^62. Nothing changed.
+/// - SQLSTATE `42501` for a role without the privilege; `42883` if the installed pg_lease
+///   predates 0.7.0; any other server error, [`Error::is_connection`] (outcome unknown: it is
+///   safe to call again) or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(source: &tokio_postgres::Client, target: &tokio_postgres::Client) -> pglease::Result<()> {
+/// // As the installing role of the target: its next grants are above all of the source's.
+/// let high_water = pglease::high_water(source).await?;
+/// let min = pglease::raise_min_epoch(target, high_water + 1).await?;
+/// assert!(min > high_water);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn raise_min_epoch<C: GenericClient>(client: &C, at_least: i64) -> Result<i64> {
+    const CALL: &str = "lease.raise_min_epoch";
+    let rows = client
+        .query_typed(RAISE_MIN_EPOCH, &[(&at_least, Type::INT8)])
+        .await?;
+    let min_epoch = epoch_answer(&one_row(rows, CALL)?, CALL)?;
+    tracing::info!(
+        target: trace::CALL,
+        at_least,
+        min_epoch,
+        "minimum epoch raised"
+    );
+    Ok(min_epoch)
+}
+
+/// `(bigint)`, never NULL or negative: an epoch the server reports.
+fn epoch_answer(row: &tokio_postgres::Row, call: &str) -> Result<i64> {
+    let epoch: Option<i64> = get(row, 0, call)?;
+    epoch
+        .filter(|e| *e >= 0)
+        .ok_or_else(|| Error::protocol(format!("{call} returned {epoch:?}")))
 }
 
 /// Marks `key` as awaited, so that its holder's release notifies channel `pg_lease_released`

@@ -12,8 +12,8 @@
 //! (`election.rs`).
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
@@ -34,6 +34,7 @@ use crate::listener::{self, Listener};
 use crate::pooled::{self, Connections, Statements};
 use crate::renewer::Renewer;
 use crate::results::{LeaseState, ListedLease};
+use crate::shard::{Gate, Grantable, Permit};
 use crate::shared::Shared;
 use crate::slots::{SlotGuard, Slots};
 use crate::timing::Timing;
@@ -85,6 +86,10 @@ impl Default for Options {
 /// Every [`Lease`] it grants keeps it alive; dropping all clones of a client and all its leases
 /// stops its background tasks. [`Client::shutdown`] releases every lease and stops them at once.
 ///
+/// A client given to a [`crate::ShardedClient`] is one shard of it for good: each of its acquire
+/// attempts (keys, semaphore slots, campaigns) is checked against the sharded client's slot map
+/// in force ([`Error::is_slot_paused`], [`Error::is_wrong_shard`]); renewals and releases are not.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -117,6 +122,9 @@ struct Inner {
     live: Arc<AtomicUsize>,
     /// Sends the renewals of all leases, batched.
     renewer: Renewer,
+    /// The sharded client this client is a shard of, if any: every acquire attempt is checked
+    /// against its map in force (`shard.rs`).
+    gate: OnceLock<Gate>,
 }
 
 impl Drop for Inner {
@@ -181,6 +189,9 @@ impl Client {
     ///   (client, nothing sent).
     /// - [`Error::is_connection`]: no answer. The server may have granted the key; the client then
     ///   releases it in the background.
+    /// - [`Error::is_slot_paused`], [`Error::is_wrong_shard`] (client-side, nothing sent): this
+    ///   client is a shard of a [`crate::ShardedClient`] whose map in force pauses the key's slot
+    ///   or gives it to another shard.
     /// - [`Error::is_closed`] after [`Client::shutdown`]; any other server error.
     ///
     /// # Cancel safety
@@ -397,6 +408,30 @@ impl Client {
         calls::list(&**conn, prefix).await
     }
 
+    /// The database's high-water epoch ([`crate::high_water`] on a pooled connection): no epoch
+    /// above it was ever granted or reserved there.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::high_water`], plus pool errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// println!("high water: {}", client.high_water().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn high_water(&self) -> Result<i64> {
+        let conn = self.inner.conns.get().await?;
+        calls::high_water(&**conn).await
+    }
+
     /// Puts under this client's keepalive a lease that another call granted to this client's
     /// owner, such as `lease_queue.claim` (which calls `lease.acquire` inside), and returns its
     /// [`Lease`]: renewed, watched for loss and released exactly like one from
@@ -567,6 +602,7 @@ impl Client {
                 tracker,
                 slots: Arc::default(),
                 live: Arc::default(),
+                gate: OnceLock::new(),
             }),
         };
         if client.inner.options.check_version {
@@ -574,6 +610,24 @@ impl Client {
             crate::install::check_version(&**conn).await?;
         }
         Ok(client)
+    }
+
+    /// The sharded client this client is a shard of, if any.
+    pub(crate) fn gate(&self) -> Option<&Gate> {
+        self.inner.gate.get()
+    }
+
+    /// Makes this client a shard of a sharded client, for good; `false` if it already is one.
+    pub(crate) fn join(&self, gate: Gate) -> bool {
+        self.inner.gate.set(gate).is_ok()
+    }
+
+    /// Admits one acquire attempt of `what`: `None` outside a sharded client; a permit to hold
+    /// until the attempt's outcome is settled, or the sharded client's refusal.
+    pub(crate) fn admit(&self, what: Grantable<'_>) -> Result<Option<Permit>> {
+        self.gate()
+            .map(|gate| gate.admit(what, self.owner()))
+            .transpose()
     }
 
     /// The client's pooled connections.
@@ -672,11 +726,13 @@ impl Client {
         timing: Timing,
         data: Option<&str>,
     ) -> Result<std::result::Result<Lease, ()>> {
+        let permit = self.admit(Grantable::Key(key))?;
         let conns = &self.inner.conns;
         let conn = conns.get().await?;
         let mut in_flight = InFlight {
             conn: Some(conn),
             slot: Some(slot),
+            permit,
             conns: conns.clone(),
             target: Target::Key(key.to_owned()),
             owner: self.inner.owner.clone(),
@@ -883,6 +939,8 @@ pub(crate) enum Target {
 pub(crate) struct InFlight {
     pub(crate) conn: Option<Object>,
     pub(crate) slot: Option<SlotGuard>,
+    /// The sharded client's admission of the attempt, held until its outcome is settled.
+    pub(crate) permit: Option<Permit>,
     pub(crate) conns: Connections,
     pub(crate) target: Target,
     pub(crate) owner: String,
@@ -898,6 +956,7 @@ impl Drop for InFlight {
             return;
         };
         let (conn, slot, conns) = (self.conn.take(), self.slot.take(), self.conns.clone());
+        let permit = self.permit.take();
         let target = std::mem::replace(&mut self.target, Target::Key(String::new()));
         let owner = std::mem::take(&mut self.owner);
         runtime.spawn(async move {
@@ -931,6 +990,7 @@ impl Drop for InFlight {
             };
             let _ = tokio::time::timeout_at(deadline, cleanup).await;
             drop(slot);
+            drop(permit);
         });
     }
 }

@@ -48,7 +48,8 @@ pub(crate) fn is_unconfirmed_commit(notice: &tokio_postgres::error::DbError) -> 
 /// let (client, connection) =
 ///     tokio_postgres::connect("host=db.example user=app dbname=app", tokio_postgres::NoTls).await?;
 /// tokio::spawn(pglease::drive_connection(connection));
-/// let grant = pglease::acquire(&client, "job-42", "worker-1", std::time::Duration::from_secs(10)).await;
+/// let ttl = std::time::Duration::from_secs(10);
+/// let grant = pglease::acquire(&client, "job-42", "worker-1", ttl, std::time::Duration::ZERO).await;
 /// # Ok(())
 /// # }
 /// ```

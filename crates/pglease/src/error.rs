@@ -10,6 +10,8 @@ use std::error::Error as StdError;
 use std::fmt;
 
 use crate::lost::LostReason;
+use crate::results::ListedLease;
+use crate::slot_map::SlotMapError;
 use crate::sqlstate;
 
 /// A `Result` whose error type defaults to [`Error`].
@@ -47,6 +49,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// - a **client-side timeout** of [`crate::Client::acquire`] ([`Error::is_wait_timeout`], no code),
 ///   a **client-side invalid argument** ([`Error::is_invalid_input`], no code) and a **closed**
 ///   client ([`Error::is_closed`]).
+/// - **sharding** refusals, all client-side (no code): a grant of a key whose map slot is paused
+///   ([`Error::is_slot_paused`]), a grant sent to a shard that is not the key's authority
+///   ([`Error::is_wrong_shard`]), and a slot move that found leases of the slot where there must
+///   be none ([`Error::is_slot_busy`], with [`Error::holders`]).
 ///
 /// # Examples
 ///
@@ -100,6 +106,15 @@ enum Kind {
     InvalidArgument(String),
     /// The client was shut down.
     Closed,
+    /// A grant of a key whose map slot is paused (a slot move is under way).
+    SlotPaused(String),
+    /// A grant sent to a shard that is not the key's authority under the map in force.
+    WrongShard(String),
+    /// A slot move found leases of the slot where there must be none.
+    SlotBusy {
+        message: String,
+        holders: Vec<ListedLease>,
+    },
 }
 
 impl Error {
@@ -138,6 +153,24 @@ impl Error {
 
     pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
         Error::new(Kind::InvalidArgument(message.into()), None)
+    }
+
+    pub(crate) fn slot_paused(message: impl Into<String>) -> Error {
+        Error::new(Kind::SlotPaused(message.into()), None)
+    }
+
+    pub(crate) fn wrong_shard(message: impl Into<String>) -> Error {
+        Error::new(Kind::WrongShard(message.into()), None)
+    }
+
+    pub(crate) fn slot_busy(message: impl Into<String>, holders: Vec<ListedLease>) -> Error {
+        Error::new(
+            Kind::SlotBusy {
+                message: message.into(),
+                holders,
+            },
+            None,
+        )
     }
 
     pub(crate) fn closed() -> Error {
@@ -308,6 +341,79 @@ impl Error {
         }
     }
 
+    /// Whether a grant was refused because the key's map slot is paused: a slot move is under way
+    /// ([`crate::SlotMap::with_paused`], docs/CLIENT.md "Sharding"). Nothing was sent. Leases
+    /// already held on the slot's keys are renewed and released as usual; try again once the move
+    /// is over (a backoff of seconds fits most moves).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_slot_paused() {
+    ///     println!("the key's slot is being moved; try again soon");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_slot_paused(&self) -> bool {
+        matches!(self.0.kind, Kind::SlotPaused(_))
+    }
+
+    /// Whether a grant was refused because it would have been sent to a shard that is not the
+    /// key's authority under the slot map in force (the handle was made under an earlier map, or
+    /// [`crate::ShardedClient::shard`]'s client was used for another shard's key). Nothing was
+    /// sent. Route the key again ([`crate::ShardedClient::client_for`]) and retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_wrong_shard() {
+    ///     println!("the key lives on another shard now: route it again");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_wrong_shard(&self) -> bool {
+        matches!(self.0.kind, Kind::WrongShard(_))
+    }
+
+    /// Whether a slot move ([`crate::SlotMove::transfer`]) found leases of the slot where there
+    /// must be none: the source still held some when the wait ran out, the target held some
+    /// before the move, or the source granted one during the transfer. [`Error::holders`] lists
+    /// them. Do not deploy the moved map.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_slot_busy() {
+    ///     for h in e.holders() {
+    ///         eprintln!("{} held by {:?} at epoch {}", h.key, h.state.owner, h.state.epoch);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn is_slot_busy(&self) -> bool {
+        matches!(self.0.kind, Kind::SlotBusy { .. })
+    }
+
+    /// The leases of the slot found by a refused slot move ([`Error::is_slot_busy`]), as
+    /// `lease.list` reported them; empty for every other kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// println!("{} leases in the way", e.holders().len());
+    /// # }
+    /// ```
+    pub fn holders(&self) -> &[ListedLease] {
+        match &self.0.kind {
+            Kind::SlotBusy { holders, .. } => holders,
+            _ => &[],
+        }
+    }
+
     /// Whether the [`crate::Client`] was shut down ([`crate::Client::shutdown`]) or its pool closed.
     ///
     /// # Examples
@@ -421,6 +527,8 @@ impl Error {
             Kind::LeaseLost(reason) => reason.as_str(),
             Kind::Timeout(message) | Kind::InvalidArgument(message) => message,
             Kind::Closed => "the client is shut down",
+            Kind::SlotPaused(message) | Kind::WrongShard(message) => message,
+            Kind::SlotBusy { message, .. } => message,
         }
     }
 
@@ -480,6 +588,13 @@ impl Error {
             Kind::VersionMismatch { found, .. } => Some(found),
             _ => None,
         }
+    }
+}
+
+impl From<SlotMapError> for Error {
+    /// A slot map that could not be made or was refused: [`Error::is_invalid_input`], no code.
+    fn from(e: SlotMapError) -> Error {
+        Error::invalid_argument(e.to_string())
     }
 }
 
@@ -548,6 +663,9 @@ impl fmt::Display for Error {
             Kind::Timeout(message) => write!(f, "timed out: {message}"),
             Kind::InvalidArgument(message) => write!(f, "invalid argument: {message}"),
             Kind::Closed => f.write_str("the client is shut down"),
+            Kind::SlotPaused(message) => write!(f, "slot paused: {message}"),
+            Kind::WrongShard(message) => write!(f, "wrong shard: {message}"),
+            Kind::SlotBusy { message, .. } => write!(f, "slot busy: {message}"),
         }
     }
 }
@@ -580,6 +698,9 @@ mod tests {
             Error::version_mismatch("0.1.0", "0.2.0"),
             Error::lease_lost(LostReason::Expired),
             Error::closed(),
+            Error::slot_paused("p"),
+            Error::wrong_shard("w"),
+            Error::slot_busy("b", Vec::new()),
         ] {
             assert_eq!(e.code(), None);
             assert!(!e.is_invalid_input() && !e.is_wait_timeout() && !e.is_connection());
@@ -600,6 +721,11 @@ mod tests {
         assert!(lost.is_lease_lost());
         assert_eq!(lost.lost_reason(), Some(LostReason::NotOwner));
         assert!(Error::closed().is_closed());
+        assert!(Error::slot_paused("p").is_slot_paused());
+        assert!(Error::wrong_shard("w").is_wrong_shard());
+        let busy = Error::slot_busy("b", Vec::new());
+        assert!(busy.is_slot_busy() && busy.holders().is_empty());
+        assert!(Error::closed().holders().is_empty());
     }
 
     #[test]

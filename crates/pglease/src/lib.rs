@@ -13,9 +13,14 @@
 //!   ([`AcquireBuilder::data`], [`Lease::set_data`]), semaphores of N holders, fencing inside the
 //!   database, and leader election with watching observers. Built on tokio-postgres and a
 //!   deadpool-postgres pool.
+//! - **Sharding** ([`SlotMap`], [`ShardedClient`], [`SlotMove`]): keys spread over several
+//!   independent pg_lease databases by a fixed slot map in the client, each key's authority
+//!   exactly one database, and a procedure for moving a slot that keeps its epochs above every
+//!   earlier grant.
 //! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`inspect`], [`list`],
 //!   [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`], [`list_slots`],
-//!   [`register_slot_waiter`], [`fence()`], [`configure`], [`configuration`]): one async function per SQL function, generic over
+//!   [`register_slot_waiter`], [`fence()`], [`configure`], [`configuration`], [`high_water`],
+//!   [`raise_min_epoch`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
@@ -128,12 +133,18 @@ mod semaphore;
 pub mod sqlstate;
 mod trace;
 
+// Sharding: the slot map, the sharded client (and the gate that enforces the map on its
+// clients), and moving a slot.
+mod shard;
+mod slot_map;
+mod slot_move;
+
 pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    MAX_DURATION, acquire, acquire_slot, configuration, configure, fence, inspect, list,
-    list_slots, purge, register_slot_waiter, register_waiter, release, renew, renew_many, slot_key,
-    watch,
+    MAX_DURATION, acquire, acquire_slot, configuration, configure, fence, high_water, inspect,
+    list, list_slots, purge, raise_min_epoch, register_slot_waiter, register_waiter, release,
+    renew, renew_many, slot_key, watch,
 };
 pub use client::Client;
 pub use confirmed::{ConfirmedConnect, drive_connection};
@@ -154,6 +165,12 @@ pub use results::{
     SlotWaiter, Status, Waiter, Watched,
 };
 pub use semaphore::Semaphore;
+pub use shard::ShardedClient;
+pub use slot_map::{
+    DEFAULT_SLOTS, MAX_SHARD_NAME_BYTES, MAX_SLOTS, Route, SlotMap, SlotMapError, SlotRange,
+    fnv1a_64, routing_key,
+};
+pub use slot_move::{SlotMove, Transferred};
 
 /// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
 pub use deadpool_postgres;

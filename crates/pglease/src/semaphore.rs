@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::pooled;
 use crate::results::{Grant, SlotState};
+use crate::shard::Grantable;
 use crate::slots::SlotGuard;
 use crate::timing::Timing;
 use crate::trace;
@@ -159,6 +160,9 @@ impl Semaphore {
     ///   too large or a ttl too short for the safety margin (client, nothing sent).
     /// - [`Error::is_connection`]: no answer. A slot may have been granted; the client then
     ///   releases it in the background.
+    /// - [`Error::is_slot_paused`], [`Error::is_wrong_shard`] (client-side, nothing sent): the
+    ///   client is a shard of a [`crate::ShardedClient`] whose map in force pauses the semaphore's
+    ///   slot or gives it to another shard.
     /// - [`Error::is_closed`] after [`Client::shutdown`]; any other server error.
     ///
     /// # Cancel safety
@@ -313,10 +317,12 @@ impl Semaphore {
         let client = &self.client;
         let conns = client.conns();
         let owner = client.owner();
+        let permit = client.admit(Grantable::Semaphore(&self.name))?;
         let conn = conns.get().await?;
         let mut in_flight = InFlight {
             conn: Some(conn),
             slot: Some(reserved),
+            permit,
             conns: conns.clone(),
             target: Target::Semaphore(self.name.clone()),
             owner: owner.to_owned(),

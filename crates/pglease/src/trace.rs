@@ -32,11 +32,14 @@ pub(crate) const WAIT: &str = "pglease::wait";
 pub(crate) const ELECTION: &str = "pglease::election";
 /// The client's listening connection (`LISTEN` for release notifications).
 pub(crate) const LISTENER: &str = "pglease::listener";
+/// Sharding: the slot map in force, grants refused by it, and slot moves.
+pub(crate) const SHARD: &str = "pglease::shard";
 /// The client's pooled connections: one closed because a commit was not confirmed by the
 /// synchronous standby (`warn`), server notices (`debug`).
 pub(crate) const CONNECTION: &str = "pglease::connection";
 /// The plain calls of the SQL API ([`crate::acquire`], [`crate::renew`], [`crate::release`],
-/// [`crate::purge`]), on whatever connection or transaction the caller passes.
+/// [`crate::purge`], [`crate::raise_min_epoch`]), on whatever connection or transaction the
+/// caller passes.
 pub(crate) const CALL: &str = "pglease::call";
 
 /// The SQLSTATE of `e`, if the server sent one (an `Option` field is recorded only when `Some`).

@@ -13,4 +13,5 @@ mod observability;
 mod pooler;
 mod renew_many;
 mod semaphore;
+mod shard;
 mod waiting;

@@ -635,3 +635,146 @@ async fn without_a_subscriber_the_library_prints_nothing() {
         "printed by the library on stderr:\n{stderr}"
     );
 }
+
+#[tokio::test]
+async fn sharding_logs_the_map_in_force_its_refusals_and_a_transfer() {
+    let (capture, _guard) = Capture::install();
+    let name = key("trace-shard").replace('-', "_");
+    // Two databases of the shared server stand for two shards.
+    let cluster = common::cluster();
+    let mut clients = Vec::new();
+    let mut admins = Vec::new();
+    for shard in ["a", "b"] {
+        let db = format!("{name}_{shard}");
+        cluster
+            .psql("postgres", &format!("CREATE DATABASE {db}"))
+            .unwrap();
+        let conninfo = common::conninfo_for(cluster, &db, &db);
+        let mut admin = common::raw(&conninfo).await;
+        pglease::install(&mut admin).await.unwrap();
+        admins.push(admin);
+        let client = pglease::Client::builder()
+            .owner(format!("{name}-owner"))
+            .connect(&conninfo)
+            .await
+            .unwrap();
+        clients.push((shard, client));
+    }
+    let owner = format!("{name}-owner");
+    let map: pglease::SlotMap = "8:0-3=a,4-7=b".parse().unwrap();
+    let shards = pglease::ShardedClient::new(map.clone(), clients).unwrap();
+    let in_force = |generation: &str| {
+        capture.events().into_iter().find(|e| {
+            e.target == "pglease::shard"
+                && e.message() == "slot map in force"
+                && e.field("generation") == Some(generation)
+        })
+    };
+    let first = in_force("0").expect("the first map is logged");
+    assert_eq!(first.level, Level::INFO);
+    assert_eq!(first.field("slots"), Some("8"));
+    assert_eq!(first.field("shards"), Some("a,b"));
+    assert_eq!(first.field("paused"), Some("0"));
+
+    // "foobar" is in slot 0 (shard a).
+    let slot = map.slot_of("foobar");
+    assert_eq!(slot, 0);
+    let held = shards
+        .try_acquire("foobar", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let mv = pglease::SlotMove::new(&map, slot, "b").unwrap();
+    shards.set_map(mv.paused_map().clone()).unwrap();
+    let second = in_force("1").expect("the paused map is logged");
+    assert_eq!(second.field("paused"), Some("1"));
+    let foobar1 = (0..)
+        .map(|i| format!("foobar-{i}"))
+        .find(|k| map.slot_of(k) == slot)
+        .unwrap();
+    assert!(
+        shards
+            .try_acquire(&foobar1, Duration::from_secs(30))
+            .await
+            .unwrap_err()
+            .is_slot_paused()
+    );
+    let refused = capture
+        .find("pglease::shard", "grant refused: slot paused", &foobar1)
+        .expect("the refusal is logged");
+    assert_eq!(refused.level, Level::DEBUG);
+    assert_eq!(refused.field("owner"), Some(owner.as_str()));
+    assert_eq!(refused.field("slot"), Some("0"));
+    assert_eq!(refused.field("shard"), Some("a"));
+    let b = shards.shard("b").unwrap();
+    assert!(
+        b.try_acquire(&foobar1, Duration::from_secs(30))
+            .await
+            .unwrap_err()
+            .is_wrong_shard()
+    );
+    let wrong = capture
+        .find(
+            "pglease::shard",
+            "grant refused: another shard is the key's authority",
+            &foobar1,
+        )
+        .expect("the refusal is logged");
+    assert_eq!(
+        (wrong.field("shard"), wrong.field("authority")),
+        (Some("b"), Some("a"))
+    );
+
+    let e = mv
+        .transfer(&admins[0], &admins[1], Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(e.is_slot_busy());
+    let outlasted = capture
+        .events()
+        .into_iter()
+        .find(|e| e.message() == "slot transfer refused: the source's holders outlasted the wait")
+        .expect("the refusal is logged");
+    assert_eq!(outlasted.target, "pglease::shard");
+    assert_eq!(outlasted.level, Level::WARN);
+    assert_eq!(outlasted.field("holders"), Some("1"));
+    assert_eq!(
+        (
+            outlasted.field("slot"),
+            outlasted.field("source"),
+            outlasted.field("target")
+        ),
+        (Some("0"), Some("a"), Some("b"))
+    );
+
+    held.release().await.unwrap();
+    let done = mv
+        .transfer(&admins[0], &admins[1], Duration::from_secs(10))
+        .await
+        .unwrap();
+    let moved = capture
+        .events()
+        .into_iter()
+        .find(|e| e.target == "pglease::shard" && e.message() == "slot transferred")
+        .expect("the transfer is logged");
+    assert_eq!(moved.level, Level::INFO);
+    assert_eq!(
+        moved.field("high_water"),
+        Some(done.source_high_water.to_string().as_str())
+    );
+    assert_eq!(
+        moved.field("min_epoch"),
+        Some(done.target_min_epoch.to_string().as_str())
+    );
+    let raised = capture
+        .events()
+        .into_iter()
+        .find(|e| e.target == "pglease::call" && e.message() == "minimum epoch raised")
+        .expect("the plain call logs");
+    assert_eq!(raised.level, Level::INFO);
+    assert_eq!(
+        raised.field("at_least"),
+        Some((done.source_high_water + 1).to_string().as_str())
+    );
+    assert!(capture.events().iter().all(|e| e.level != Level::ERROR));
+}
