@@ -13,10 +13,10 @@
 #   enabled or started. Pinned to ETCD_DEB_VERSION; if the archive no longer has that version, the
 #   current one of the release is used and named in the output.
 # - Patroni: PyPI's patroni[etcd,psycopg3] with every dependency pinned (scripts/ha-requirements.txt),
-#   in a venv of Debian's /usr/bin/python3 at <cache>/ha/patroni-<version>/, made world-readable: the
-#   servers run as `nobody` when we are root, and `nobody` can run neither a pyenv python under /root
-#   nor files it cannot read. As root, Debian's python3-venv is installed if /usr/bin/python3 cannot
-#   make a venv (it starts no service).
+#   in a venv of Debian's /usr/bin/python3 at <cache>/ha/patroni-<version>-<hash of the pins>/,
+#   made world-readable: the servers run as `nobody` when we are root, and `nobody` can run neither
+#   a pyenv python under /root nor files it cannot read. As root, Debian's python3-venv is installed
+#   if /usr/bin/python3 cannot make a venv (it starts no service).
 #
 # A finished installation is marked by a file `.complete`; an interrupted one is removed and
 # redone. Then it runs the HA tests, one at a time (they are #[ignore]d, so a plain `cargo test`
@@ -42,9 +42,11 @@ ha=$cache/ha
 mkdir -p "$ha"
 chmod 755 "$cache" "$ha"
 
-# One installer at a time (two checkouts may run the test command at once).
+# One installer at a time (two checkouts may run the test command at once); what an interrupted
+# one left is removed.
 exec 9>"$ha/.lock"
 flock 9
+rm -rf "$ha"/.tmp-*
 
 apt_refreshed=
 apt_refresh() {
@@ -98,7 +100,9 @@ etcd_version=$("$etcd" --version)
 echo "${etcd_version%%$'\n'*} ($etcd)"
 
 # Patroni -------------------------------------------------------------------------------------
-venv="$ha/patroni-$PATRONI_VERSION"
+# Named after the pinned set too, so that a change of any pin installs afresh.
+pins=$(sha256sum scripts/ha-requirements.txt)
+venv="$ha/patroni-$PATRONI_VERSION-${pins:0:12}"
 if [ ! -e "$venv/.complete" ]; then
   if ! { [ -x "$PYTHON" ] && "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; }; then
     if [ "$(id -u)" -eq 0 ]; then
