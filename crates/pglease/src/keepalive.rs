@@ -213,6 +213,7 @@ impl Keepalive {
                         epoch = shared.epoch,
                         error = %e,
                         sqlstate = trace::sqlstate(&e),
+                        cause = trace::cause(&e),
                         failures,
                         retry_in = ?trace::ms(retry_in),
                         valid_for = ?trace::ms(valid_until.saturating_duration_since(Instant::now())),

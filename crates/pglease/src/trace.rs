@@ -47,6 +47,14 @@ pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
     e.code()
 }
 
+/// What lies under an error without an answer (the connection's own error: refused, reset, a
+/// standby that does not allow writes, a withheld answer), for the `cause` field; `None` for
+/// errors that carry the server's answer.
+pub(crate) fn cause(e: &Error) -> Option<String> {
+    use std::error::Error as _;
+    e.source().map(ToString::to_string)
+}
+
 /// How long a wait may last, for the `wait` field of the `acquire` span: a duration (to the
 /// nearest millisecond, so a 10 s timeout reads `10s`), or `unbounded`.
 pub(crate) fn wait_field(deadline: Deadline) -> String {
