@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 case "${1:-}" in
   "") ;;
-  --ha-only) exec scripts/ha-test.sh ;;
+  --ha-only) exec timeout --kill-after=30 30m scripts/ha-test.sh ;;
   *) echo "usage: scripts/test.sh [--ha-only]" >&2; exit 2 ;;
 esac
 
@@ -82,7 +82,7 @@ for v in $versions; do
 done
 
 say "HA section: pg_lease under Patroni + etcd (scripts/ha-test.sh)"
-scripts/ha-test.sh
+bounded 30m scripts/ha-test.sh
 
 # shellcheck disable=SC2086,SC2116
 say "all suites passed on PostgreSQL $(echo $versions), and the HA section"
