@@ -149,7 +149,10 @@ impl ExtensionFiles {
 
     /// Writes the files into `ext_dir` (a share directory's `extension/`), each atomically
     /// (temporary name, mode 0644, rename), leaving files whose content is already identical
-    /// alone, so concurrent installers of the same files never expose a partial file.
+    /// alone, so concurrent installers of the same files never expose a partial file. Scripts of
+    /// the same extension (`<name>--*.sql`) that are not among the files are removed: an install
+    /// script of a version that later became a chain of upgrades (or any leftover of an earlier
+    /// checkout) would otherwise be what `CREATE EXTENSION ... VERSION` runs.
     ///
     /// # Errors
     ///
@@ -180,6 +183,36 @@ impl ExtensionFiles {
             if let Err(e) = result {
                 let _ = fs::remove_file(&tmp);
                 return Err(Error::io("installing extension file", &dst, e));
+            }
+        }
+        self.remove_stale_scripts(ext_dir)
+    }
+
+    /// Removes the scripts of this extension in `ext_dir` that are not among its files.
+    fn remove_stale_scripts(&self, ext_dir: &Path) -> Result<()> {
+        let Some(name) = self.control_name.strip_suffix(".control") else {
+            return Ok(());
+        };
+        let prefix = format!("{name}--");
+        let entries = fs::read_dir(ext_dir).map_err(|e| Error::io("reading", ext_dir, e))?;
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let Some(file) = file.to_str() else { continue };
+            // (Another extension whose name extends this one's, pg_lease_queue--*.sql for
+            // pg_lease, does not match: its name goes on where this one's `--` is.)
+            let ours = file.starts_with(&prefix) && file.ends_with(".sql");
+            if ours && !self.scripts.iter().any(|(n, _)| n == file) {
+                match fs::remove_file(entry.path()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(Error::io(
+                            "removing stale extension script",
+                            &entry.path(),
+                            e,
+                        ));
+                    }
+                }
             }
         }
         Ok(())
@@ -216,4 +249,47 @@ pub(crate) fn dir_writable(dir: &Path) -> bool {
     };
     // SAFETY: c is a valid NUL-terminated path.
     unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn installing_removes_the_extensions_stale_scripts_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let ext = dir.path();
+        for stale in [
+            "probe--0.1.0.sql",
+            "probe--0.1.0--0.2.0.sql",
+            "probe_extra--1.0.sql",
+            "other--1.0.sql",
+        ] {
+            fs::write(ext.join(stale), "-- old").unwrap();
+        }
+        ExtensionFiles::new("probe.control", "default_version = '0.3.0'")
+            .script("probe--0.3.0.sql", "SELECT 1;")
+            .script("probe--0.1.0--0.2.0.sql", "SELECT 2;")
+            .install(ext)
+            .unwrap();
+        let mut names: Vec<String> = fs::read_dir(ext)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "other--1.0.sql",
+                "probe--0.1.0--0.2.0.sql",
+                "probe--0.3.0.sql",
+                "probe.control",
+                "probe_extra--1.0.sql"
+            ]
+        );
+        assert_eq!(
+            fs::read_to_string(ext.join("probe--0.1.0--0.2.0.sql")).unwrap(),
+            "SELECT 2;"
+        );
+    }
 }
