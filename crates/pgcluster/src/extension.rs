@@ -208,7 +208,7 @@ impl ExtensionFiles {
                     Err(e) => {
                         return Err(Error::io(
                             "removing stale extension script",
-                            &entry.path(),
+                            entry.path(),
                             e,
                         ));
                     }
