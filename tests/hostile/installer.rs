@@ -340,13 +340,21 @@ async fn create_granted_on_a_pre_created_schema_does_not_survive_installation_or
         .await
         .unwrap();
 
-    // 0.4.0 kept the grant; the update to the current version takes it away and keeps USAGE.
+    // 0.4.0's install script kept the grant; the update to the current version takes it away and
+    // keeps USAGE. (0.4.0 is installed here through 0.1.0 and the upgrades — its own install
+    // script is gone, ADR 0003 — which is why the state it left is made by hand: CREATE for PUBLIC
+    // on the schema it took over.)
     let db = s.fresh_db("pregranted_update");
     let admin = s.connect_as(&db, ADMIN).await;
     let app = s.connect_as(&db, APP).await;
     admin.batch_execute(pregrant).await.unwrap();
     admin
         .batch_execute("CREATE EXTENSION pg_lease VERSION '0.4.0'")
+        .await
+        .unwrap();
+    s.connect_super(&db)
+        .await
+        .batch_execute("GRANT CREATE ON SCHEMA lease TO PUBLIC")
         .await
         .unwrap();
     assert_eq!(can_create_in(&app, "lease").await, Ok(()), "the 0.4.0 hole");
