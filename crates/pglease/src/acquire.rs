@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::deadline::Deadline;
 use crate::error::Result;
 use crate::lease::Lease;
-use crate::wait::Deadline;
+use crate::target::Target;
 
 /// An acquire of one key with options, made by [`Client::acquire_with`]; send it with
 /// [`AcquireBuilder::try_acquire`] (at once) or [`AcquireBuilder::acquire`] (waiting).
@@ -115,8 +116,8 @@ impl AcquireBuilder {
     /// ```
     pub async fn acquire(self, timeout: Duration) -> Result<Lease> {
         self.client
-            .acquire_until(
-                &self.key,
+            .acquire_target(
+                &Target::Key(self.key),
                 self.ttl,
                 self.data.as_deref(),
                 Deadline::after(timeout),

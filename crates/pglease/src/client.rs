@@ -16,30 +16,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool};
-use tokio::sync::mpsc;
+use deadpool_postgres::Pool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use crate::acquire::AcquireBuilder;
 use crate::calls;
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
+use crate::gate::{Gate, Permit};
+use crate::granted::Granted;
 use crate::guard::LeaseGuard;
 use crate::identity::default_owner;
-use crate::keepalive::{self, Keepalive};
 use crate::lease::Lease;
 use crate::listener::{self, Listener};
-use crate::pooled::{self, Connections, Statements};
+use crate::pooled::{Connections, Statements};
 use crate::renewer::Renewer;
+use crate::reservations::Reservations;
 use crate::results::{LeaseState, ListedLease};
-use crate::shard::{Gate, Grantable, Permit};
-use crate::shared::Shared;
-use crate::slots::{SlotGuard, Slots};
+use crate::target::Target;
 use crate::timing::Timing;
-use crate::trace;
-use crate::wait::{self, Attempt, Awaited, Deadline, Waits};
+use crate::wait::Waits;
 
 /// Default fraction of the ttl between renewals.
 const DEFAULT_RENEW_FRACTION: f64 = 1.0 / 3.0;
@@ -105,26 +103,26 @@ impl Default for Options {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    owner: String,
-    options: Options,
+pub(crate) struct Inner {
+    pub(crate) owner: String,
+    pub(crate) options: Options,
     /// The pool, as every short call uses it (failing once `root` is cancelled).
-    conns: Connections,
+    pub(crate) conns: Connections,
     /// The listening connection and everything else a wait needs.
-    waits: Waits,
+    pub(crate) waits: Waits,
     /// Cancelled by shutdown, or when the last clone and lease are gone.
-    root: CancellationToken,
-    tracker: TaskTracker,
-    slots: Arc<Slots>,
-    live: Arc<AtomicUsize>,
+    pub(crate) root: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) reservations: Arc<Reservations>,
+    pub(crate) live: Arc<AtomicUsize>,
     /// Sends the renewals of all leases, batched.
-    renewer: Renewer,
+    pub(crate) renewer: Renewer,
     /// The sharded client this client is a shard of, if any: every acquire attempt is checked
     /// against its map in force (`shard.rs`).
-    gate: OnceLock<Gate>,
+    pub(crate) gate: OnceLock<Gate>,
 }
 
 impl Drop for Inner {
@@ -245,26 +243,8 @@ impl Client {
         ttl: Duration,
         data: Option<&str>,
     ) -> Result<Option<Lease>> {
-        let span = self.acquire_span(key, ttl, Deadline::after(Duration::ZERO));
-        async {
-            self.inner.conns.check_open()?;
-            let timing = self.timing(ttl)?;
-            if let Some(data) = data {
-                check_data(data)?;
-            }
-            let Some(slot) = self.inner.slots.claim(key) else {
-                tracing::debug!(
-                    target: trace::LEASE,
-                    key,
-                    owner = self.owner(),
-                    "key held by another lease of this client"
-                );
-                return Ok(None);
-            };
-            Ok(self.acquire_once(slot, key, timing, data).await?.ok())
-        }
-        .instrument(span)
-        .await
+        self.try_acquire_target(&Target::Key(key.to_owned()), ttl, data)
+            .await
     }
 
     /// Acquires `key` for `ttl`, waiting up to `timeout` while another owner holds it.
@@ -302,8 +282,13 @@ impl Client {
     /// # }
     /// ```
     pub async fn acquire(&self, key: &str, ttl: Duration, timeout: Duration) -> Result<Lease> {
-        self.acquire_until(key, ttl, None, Deadline::after(timeout))
-            .await
+        self.acquire_target(
+            &Target::Key(key.to_owned()),
+            ttl,
+            None,
+            Deadline::after(timeout),
+        )
+        .await
     }
 
     /// Acquires `key` (waiting without bound), runs the future `f` makes from a [`LeaseGuard`],
@@ -341,7 +326,9 @@ impl Client {
         F: FnOnce(LeaseGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lease = self.acquire_until(key, ttl, None, Deadline::NEVER).await?;
+        let lease = self
+            .acquire_target(&Target::Key(key.to_owned()), ttl, None, Deadline::NEVER)
+            .await?;
         let work = f(lease.guard());
         let outcome = tokio::select! {
             biased;
@@ -490,13 +477,13 @@ impl Client {
     ) -> Result<Lease> {
         self.inner.conns.check_open()?;
         let timing = self.timing(ttl)?;
-        let Some(slot) = self.inner.slots.claim(key) else {
+        let Some(reserved) = self.inner.reservations.claim(key) else {
             return Err(Error::invalid_argument(format!(
                 "key {key:?} is held by another lease of this client"
             )));
         };
         Ok(self.start_keepalive(Granted {
-            reservations: vec![slot],
+            reservations: vec![reserved],
             key,
             slot: None,
             grant,
@@ -600,7 +587,7 @@ impl Client {
                 waits,
                 root,
                 tracker,
-                slots: Arc::default(),
+                reservations: Arc::default(),
                 live: Arc::default(),
                 gate: OnceLock::new(),
             }),
@@ -624,9 +611,9 @@ impl Client {
 
     /// Admits one acquire attempt of `what`: `None` outside a sharded client; a permit to hold
     /// until the attempt's outcome is settled, or the sharded client's refusal.
-    pub(crate) fn admit(&self, what: Grantable<'_>) -> Result<Option<Permit>> {
+    pub(crate) fn admit(&self, target: &Target) -> Result<Option<Permit>> {
         self.gate()
-            .map(|gate| gate.admit(what, self.owner()))
+            .map(|gate| gate.admit(target, self.owner()))
             .transpose()
     }
 
@@ -636,8 +623,8 @@ impl Client {
     }
 
     /// The keys (and semaphores) this client holds or is acquiring.
-    pub(crate) fn reservations(&self) -> &Arc<Slots> {
-        &self.inner.slots
+    pub(crate) fn reservations(&self) -> &Arc<Reservations> {
+        &self.inner.reservations
     }
 
     /// How this client's waits wait: the interface its elections (and other waiting calls) use.
@@ -651,346 +638,5 @@ impl Client {
             self.inner.options.renew_fraction,
             self.inner.options.safety_margin,
         )
-    }
-
-    /// Acquires `key` (with `data`), waiting until `deadline`: for this client's own lease on the
-    /// key to end, then for the holder's release or lapse, retrying transient errors.
-    pub(crate) async fn acquire_until(
-        &self,
-        key: &str,
-        ttl: Duration,
-        data: Option<&str>,
-        deadline: Deadline,
-    ) -> Result<Lease> {
-        let span = self.acquire_span(key, ttl, deadline);
-        self.acquire_until_in_span(key, ttl, data, deadline)
-            .instrument(span)
-            .await
-    }
-
-    /// The `acquire` span of one acquire call (see docs/CLIENT.md, "Observability").
-    pub(crate) fn acquire_span(
-        &self,
-        key: &str,
-        ttl: Duration,
-        deadline: Deadline,
-    ) -> tracing::Span {
-        tracing::info_span!(
-            target: trace::LEASE,
-            "acquire",
-            key,
-            owner = self.owner(),
-            ttl = ?ttl,
-            wait = %trace::wait_field(deadline),
-        )
-    }
-
-    /// [`Client::acquire_until`] inside its span.
-    async fn acquire_until_in_span(
-        &self,
-        key: &str,
-        ttl: Duration,
-        data: Option<&str>,
-        deadline: Deadline,
-    ) -> Result<Lease> {
-        let timing = self.timing(ttl)?;
-        if let Some(data) = data {
-            check_data(data)?;
-        }
-        let what = &format!("acquire of key {key:?}");
-        let attempt = move || async move {
-            // Another lease (or acquire) of this client has the key: wait for it to end.
-            let slot = tokio::select! {
-                slot = self.inner.slots.claim_by(key, deadline) => {
-                    slot.ok_or_else(|| wait::ran_out(what))?
-                }
-                () = self.inner.waits.closed() => return Err(Error::closed()),
-            };
-            Ok(match self.acquire_once(slot, key, timing, data).await? {
-                Ok(lease) => Attempt::Done(lease),
-                Err(()) => Attempt::Held,
-            })
-        };
-        self.inner
-            .waits
-            .retry_until(what, Awaited::Key(key), deadline, attempt)
-            .await
-    }
-
-    /// One acquire attempt with the key's slot: `Ok(Ok(lease))` if granted, `Ok(Err(()))` if
-    /// another owner holds it.
-    async fn acquire_once(
-        &self,
-        slot: SlotGuard,
-        key: &str,
-        timing: Timing,
-        data: Option<&str>,
-    ) -> Result<std::result::Result<Lease, ()>> {
-        let permit = self.admit(Grantable::Key(key))?;
-        let conns = &self.inner.conns;
-        let conn = conns.get().await?;
-        let mut in_flight = InFlight {
-            conn: Some(conn),
-            slot: Some(slot),
-            permit,
-            conns: conns.clone(),
-            target: Target::Key(key.to_owned()),
-            owner: self.inner.owner.clone(),
-            armed: true,
-        };
-        let sent = Instant::now();
-        let conn = in_flight.conn.as_ref().expect("set above");
-        let answer = pooled::acquire_timed(
-            conn,
-            conns.statements(),
-            key,
-            &self.inner.owner,
-            timing.ttl,
-            data,
-        )
-        .await;
-        let (grant, sent, left) = match answer {
-            Ok(Some(timed)) => (timed.grant, sent, timed.remaining),
-            Ok(None) => {
-                in_flight.armed = false;
-                tracing::debug!(
-                    target: trace::LEASE,
-                    key,
-                    owner = self.owner(),
-                    "key held by another owner"
-                );
-                return Ok(Err(()));
-            }
-            Err(e) => {
-                if e.is_connection() {
-                    tracing::debug!(
-                        target: trace::LEASE,
-                        key,
-                        owner = self.owner(),
-                        error = %e,
-                        "acquire unanswered: whatever it granted is released in the background"
-                    );
-                    // Ambiguous: the cleanup (on drop of `in_flight`) releases what may be ours.
-                    if let Some(conn) = in_flight.conn.take() {
-                        pooled::discard(conn);
-                    }
-                } else {
-                    in_flight.armed = false;
-                }
-                return Err(e);
-            }
-        };
-        // A grant this owner already held (a retried acquire) may have little time left: renew at
-        // once rather than hand out a lease about to expire.
-        let (sent, left, expires_at) = if timing.valid_until(sent, left) <= sent + timing.margin {
-            let sent = Instant::now();
-            let conn = in_flight.conn.as_ref().expect("still set");
-            match pooled::renew_timed(
-                conn,
-                conns.statements(),
-                key,
-                &self.inner.owner,
-                grant.epoch,
-                timing.ttl,
-                None,
-            )
-            .await
-            {
-                Ok((renewal, Some(left))) if renewal.status.is_ok() => {
-                    (sent, left, renewal.expires_at.unwrap_or(grant.expires_at))
-                }
-                _ => {
-                    tracing::debug!(
-                        target: trace::LEASE,
-                        key,
-                        owner = self.owner(),
-                        epoch = grant.epoch,
-                        "a grant already held had lapsed before it could be renewed"
-                    );
-                    return Ok(Err(()));
-                }
-            }
-        } else {
-            (sent, left, grant.expires_at)
-        };
-        in_flight.armed = false;
-        let slot = in_flight.slot.take().expect("set above");
-        drop(in_flight);
-        let grant = crate::results::Grant {
-            epoch: grant.epoch,
-            expires_at,
-        };
-        Ok(Ok(self.start_keepalive(Granted {
-            reservations: vec![slot],
-            key,
-            slot: None,
-            grant,
-            timing,
-            sent,
-            left,
-            data: data.map(str::to_owned),
-        })))
-    }
-
-    /// Hands a confirmed grant to a new keepalive task and returns its [`Lease`]: the validity
-    /// deadline is `sent + min(ttl, left) - margin` (`sent`: when the granting call was sent,
-    /// `left`: the time the server reported left on the grant).
-    pub(crate) fn start_keepalive(&self, granted: Granted<'_>) -> Lease {
-        let Granted {
-            reservations,
-            key,
-            slot,
-            grant,
-            timing,
-            sent,
-            left,
-            data,
-        } = granted;
-        let conns = &self.inner.conns;
-        let valid_until = timing.valid_until(sent, left);
-        let shared = Arc::new(
-            Shared::new(
-                key.to_owned(),
-                self.inner.owner.clone(),
-                grant.epoch,
-                timing,
-                valid_until,
-                grant.expires_at,
-                self.inner.root.child_token(),
-            )
-            .with_slot(slot)
-            .with_data(data),
-        );
-        let (control, commands) = mpsc::unbounded_channel();
-        let keepalive = Keepalive {
-            shared: Arc::clone(&shared),
-            conns: conns.clone(),
-            renewer: self.inner.renewer.clone(),
-            commands,
-            shutdown: self.inner.root.clone(),
-            reservations,
-            sent,
-            _live: keepalive::Live::new(Arc::clone(&self.inner.live)),
-        };
-        tracing::info!(
-            target: trace::LEASE,
-            key,
-            owner = self.owner(),
-            epoch = grant.epoch,
-            ttl = ?timing.ttl,
-            "lease granted"
-        );
-        // A root span (the lease outlives the acquire call), linked to the acquire that made it.
-        let span = tracing::info_span!(
-            target: trace::LEASE,
-            parent: None,
-            "keepalive",
-            key,
-            owner = self.owner(),
-            epoch = grant.epoch,
-        );
-        span.follows_from(tracing::Span::current());
-        self.inner.tracker.spawn(keepalive.run().instrument(span));
-        Lease::new(shared, conns.clone(), self.clone(), control)
-    }
-}
-
-/// A grant confirmed by the server, ready for its keepalive ([`Client::start_keepalive`]).
-pub(crate) struct Granted<'a> {
-    /// What the lease keeps reserved in the client until its keepalive ends: the key (and the
-    /// semaphore, for a slot).
-    pub(crate) reservations: Vec<SlotGuard>,
-    pub(crate) key: &'a str,
-    /// The slot number, for a semaphore's slot.
-    pub(crate) slot: Option<u32>,
-    pub(crate) grant: crate::results::Grant,
-    pub(crate) timing: Timing,
-    /// When the granting call was sent.
-    pub(crate) sent: Instant,
-    /// The time the server reported left on the grant after the call.
-    pub(crate) left: Duration,
-    /// The data the grant was made with.
-    pub(crate) data: Option<String>,
-}
-
-/// Fails with [`Error::is_invalid_input`] (client-side, no code) if `data` is over
-/// [`limits::MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes; the server checks it again
-/// (`22023`).
-pub(crate) fn check_data(data: &str) -> Result<()> {
-    if crate::limits::is_valid_data(data) {
-        Ok(())
-    } else {
-        Err(Error::invalid_argument(format!(
-            "data is {} bytes: at most {} bytes are allowed",
-            data.len(),
-            crate::limits::MAX_DATA_BYTES
-        )))
-    }
-}
-
-/// What an acquire in flight may have been granted: a key, or any slot of a semaphore.
-pub(crate) enum Target {
-    Key(String),
-    Semaphore(String),
-}
-
-/// The key of an acquire whose answer never came (or was dropped), until the cleanup has released
-/// whatever it may have granted.
-pub(crate) struct InFlight {
-    pub(crate) conn: Option<Object>,
-    pub(crate) slot: Option<SlotGuard>,
-    /// The sharded client's admission of the attempt, held until its outcome is settled.
-    pub(crate) permit: Option<Permit>,
-    pub(crate) conns: Connections,
-    pub(crate) target: Target,
-    pub(crate) owner: String,
-    pub(crate) armed: bool,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (conn, slot, conns) = (self.conn.take(), self.slot.take(), self.conns.clone());
-        let permit = self.permit.take();
-        let target = std::mem::replace(&mut self.target, Target::Key(String::new()));
-        let owner = std::mem::take(&mut self.owner);
-        runtime.spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let cleanup = async {
-                // The same connection as the acquire, if it still works: the cleanup then runs
-                // after the acquire on the server.
-                let conn = match conn {
-                    Some(conn) if !conn.is_closed() => conn,
-                    _ => conns.checkout(deadline).await?,
-                };
-                let held: Vec<(String, crate::results::LeaseState)> = match &target {
-                    Target::Key(key) => calls::inspect(&**conn, key)
-                        .await?
-                        .map(|state| (key.clone(), state))
-                        .into_iter()
-                        .collect(),
-                    Target::Semaphore(name) => calls::list_slots(&**conn, name)
-                        .await?
-                        .into_iter()
-                        .map(|s| (s.key, s.state))
-                        .collect(),
-                };
-                for (key, state) in held {
-                    if state.held && state.owner.as_deref() == Some(owner.as_str()) {
-                        // Logged by the call (target pglease::call, "lease released").
-                        calls::release(&**conn, &key, &owner, state.epoch).await?;
-                    }
-                }
-                Ok::<(), Error>(())
-            };
-            let _ = tokio::time::timeout_at(deadline, cleanup).await;
-            drop(slot);
-            drop(permit);
-        });
     }
 }

@@ -29,12 +29,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::Client;
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::listener::Subscription;
 use crate::retry::{is_transient, waiting_backoff};
 use crate::trace;
-use crate::wait::Deadline;
 
 /// How often an observer looks again even without a notification: keeps its `lease.watch` mark
 /// (which lasts an hour and is renewed when less than 30 minutes are left) from running out.
@@ -210,10 +210,11 @@ impl Election {
             owner = self.client.owner(),
         );
         async {
-            let leadership = self
-                .client
-                .acquire_until(&self.key, self.ttl, self.data.as_deref(), Deadline::NEVER)
-                .await?;
+            let mut request = self.client.acquire_with(self.key.as_str(), self.ttl);
+            if let Some(data) = &self.data {
+                request = request.data(data.as_str());
+            }
+            let leadership = request.acquire(Duration::MAX).await?;
             leadership.shared().mark_leadership();
             tracing::info!(
                 target: trace::ELECTION,

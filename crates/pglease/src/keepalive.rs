@@ -36,9 +36,9 @@ use crate::error::{Error, Result};
 use crate::lost::LostReason;
 use crate::pooled::{self, Connections, discard};
 use crate::renewer::{Outcome, Renewer, Ticket};
+use crate::reservations::Reservation;
 use crate::results::Status;
 use crate::shared::{Command, Health, Shared};
-use crate::slots::SlotGuard;
 use crate::trace;
 
 /// The longest a best-effort release (on drop, loss by expiry or shutdown) may take.
@@ -72,7 +72,7 @@ pub(crate) struct Keepalive {
     pub(crate) shutdown: CancellationToken,
     /// Keeps the key (and, for a slot, its semaphore) reserved in the client until the task has
     /// finished with it.
-    pub(crate) reservations: Vec<SlotGuard>,
+    pub(crate) reservations: Vec<Reservation>,
     /// When the grant (or its last confirmed renewal) was sent.
     pub(crate) sent: Instant,
     /// Keeps the task counted as live until it ends (dropped with the task).

@@ -142,7 +142,7 @@ impl Lease {
     /// ```
     pub async fn set_data(&self, data: impl Into<String>) -> Result<()> {
         let data = data.into();
-        crate::client::check_data(&data)?;
+        crate::attempt::check_data(&data)?;
         self.renew_with(Some(data)).await
     }
 

@@ -104,16 +104,20 @@ mod rows;
 
 // The client: its builder, the acquire attempt (and acquires with options), waiting, per-key slots, retrying, owner identity.
 mod acquire;
+mod attempt;
 mod builder;
 mod client;
 mod confirmed;
+mod deadline;
 mod identity;
+mod reservations;
 mod retry;
-mod slots;
+mod target;
 mod wait;
 
 // A held lease: the handle, its guard, the state they share with the keepalive, why it ends, and
 // its timing.
+mod granted;
 mod guard;
 mod keepalive;
 mod lease;
@@ -135,6 +139,7 @@ mod trace;
 
 // Sharding: the slot map, the sharded client (and the gate that enforces the map on its
 // clients), and moving a slot.
+mod gate;
 mod shard;
 mod slot_map;
 mod slot_move;

@@ -19,19 +19,12 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tracing::Instrument;
-
-use crate::client::{Client, Granted, InFlight, Target, check_data};
-use crate::error::{Error, Result};
+use crate::client::Client;
+use crate::deadline::Deadline;
+use crate::error::Result;
 use crate::lease::Lease;
-use crate::pooled;
-use crate::results::{Grant, SlotState};
-use crate::shard::Grantable;
-use crate::slots::SlotGuard;
-use crate::timing::Timing;
-use crate::trace;
-use crate::wait::{self, Attempt, Awaited, Deadline};
+use crate::results::SlotState;
+use crate::target::Target;
 
 /// A named semaphore: at most [`Semaphore::max_holders`] holders at any server-time instant,
 /// each holding one slot as a [`Lease`]. Made by [`Client::semaphore`]; cheap to clone.
@@ -156,14 +149,14 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// - [`Error::is_invalid_input`]: a bad name, `max_holders` or ttl (server, `22023`), data
+    /// - [`crate::Error::is_invalid_input`]: a bad name, `max_holders` or ttl (server, `22023`), data
     ///   too large or a ttl too short for the safety margin (client, nothing sent).
-    /// - [`Error::is_connection`]: no answer. A slot may have been granted; the client then
+    /// - [`crate::Error::is_connection`]: no answer. A slot may have been granted; the client then
     ///   releases it in the background.
-    /// - [`Error::is_slot_paused`], [`Error::is_wrong_shard`] (client-side, nothing sent): the
+    /// - [`crate::Error::is_slot_paused`], [`crate::Error::is_wrong_shard`] (client-side, nothing sent): the
     ///   client is a shard of a [`crate::ShardedClient`] whose map in force pauses the semaphore's
     ///   slot or gives it to another shard.
-    /// - [`Error::is_closed`] after [`Client::shutdown`]; any other server error.
+    /// - [`crate::Error::is_closed`] after [`Client::shutdown`]; any other server error.
     ///
     /// # Cancel safety
     ///
@@ -181,24 +174,9 @@ impl Semaphore {
     /// # }
     /// ```
     pub async fn try_acquire(&self) -> Result<Option<Lease>> {
-        let span = self
-            .client
-            .acquire_span(&self.name, self.ttl, Deadline::after(Duration::ZERO));
-        async {
-            let timing = self.prepare()?;
-            let Some(reserved) = self.client.reservations().claim(&self.reservation()) else {
-                tracing::debug!(
-                    target: trace::LEASE,
-                    key = self.name.as_str(),
-                    owner = self.client.owner(),
-                    "semaphore held by another lease of this client"
-                );
-                return Ok(None);
-            };
-            Ok(self.acquire_once(reserved, timing).await?.ok())
-        }
-        .instrument(span)
-        .await
+        self.client
+            .try_acquire_target(&self.target(), self.ttl, self.data.as_deref())
+            .await
     }
 
     /// Takes a slot, waiting up to `timeout` while [`Semaphore::max_holders`] are held (or while
@@ -213,7 +191,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// - [`Error::is_wait_timeout`] (client-side, no SQLSTATE): `timeout` passed.
+    /// - [`crate::Error::is_wait_timeout`] (client-side, no SQLSTATE): `timeout` passed.
     /// - as [`Semaphore::try_acquire`], except that connection errors are retried until
     ///   `timeout`.
     ///
@@ -233,33 +211,14 @@ impl Semaphore {
     /// # }
     /// ```
     pub async fn acquire(&self, timeout: Duration) -> Result<Lease> {
-        let deadline = Deadline::after(timeout);
-        let span = self.client.acquire_span(&self.name, self.ttl, deadline);
-        async {
-            let timing = self.prepare()?;
-            let what = &format!("acquire of a slot of semaphore {:?}", self.name);
-            let reservation = &self.reservation();
-            let waits = self.client.waits();
-            let attempt = move || async move {
-                let reserved = tokio::select! {
-                    reserved = self.client.reservations().claim_by(reservation, deadline) => {
-                        reserved.ok_or_else(|| wait::ran_out(what))?
-                    }
-                    () = waits.closed() => return Err(Error::closed()),
-                };
-                Ok(match self.acquire_once(reserved, timing).await? {
-                    Ok(lease) => Attempt::Done(lease),
-                    Err(()) => Attempt::Held,
-                })
-            };
-            let awaited = Awaited::Semaphore {
-                name: &self.name,
-                max_holders: self.max_holders,
-            };
-            waits.retry_until(what, awaited, deadline, attempt).await
-        }
-        .instrument(span)
-        .await
+        self.client
+            .acquire_target(
+                &self.target(),
+                self.ttl,
+                self.data.as_deref(),
+                Deadline::after(timeout),
+            )
+            .await
     }
 
     /// The slots held now, ordered by slot: each with its key, holder, epoch, expiry and data
@@ -268,8 +227,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`crate::list_slots`], plus pool errors ([`Error::is_connection`],
-    /// [`Error::is_closed`]).
+    /// As [`crate::list_slots`], plus pool errors ([`crate::Error::is_connection`],
+    /// [`crate::Error::is_closed`]).
     ///
     /// # Cancel safety
     ///
@@ -292,123 +251,11 @@ impl Semaphore {
         Ok(slots)
     }
 
-    /// The checks made before anything is sent: open client, ttl, data.
-    fn prepare(&self) -> Result<Timing> {
-        self.client.conns().check_open()?;
-        let timing = self.client.timing(self.ttl)?;
-        if let Some(data) = &self.data {
-            check_data(data)?;
+    /// What an acquire of this semaphore asks for.
+    fn target(&self) -> Target {
+        Target::Semaphore {
+            name: self.name.clone(),
+            max_holders: self.max_holders,
         }
-        Ok(timing)
-    }
-
-    /// The client-side reservation of the whole semaphore (a client holds at most one slot of
-    /// it). Keys cannot contain NUL, so this never collides with a key's reservation.
-    fn reservation(&self) -> String {
-        format!("\0semaphore\0{}", self.name)
-    }
-
-    /// One acquire_slot attempt: `Ok(Ok(lease))` if granted, `Ok(Err(()))` if every slot is held.
-    async fn acquire_once(
-        &self,
-        reserved: SlotGuard,
-        timing: Timing,
-    ) -> Result<std::result::Result<Lease, ()>> {
-        let client = &self.client;
-        let conns = client.conns();
-        let owner = client.owner();
-        let permit = client.admit(Grantable::Semaphore(&self.name))?;
-        let conn = conns.get().await?;
-        let mut in_flight = InFlight {
-            conn: Some(conn),
-            slot: Some(reserved),
-            permit,
-            conns: conns.clone(),
-            target: Target::Semaphore(self.name.clone()),
-            owner: owner.to_owned(),
-            armed: true,
-        };
-        let mut sent = Instant::now();
-        let conn = in_flight.conn.as_ref().expect("set above");
-        let answer = pooled::acquire_slot_timed(
-            conn,
-            conns.statements(),
-            &self.name,
-            owner,
-            timing.ttl,
-            self.max_holders,
-            self.data.as_deref(),
-        )
-        .await;
-        let (granted, mut left) = match answer {
-            Ok(Some(granted)) => granted,
-            Ok(None) => {
-                in_flight.armed = false;
-                tracing::debug!(
-                    target: trace::LEASE,
-                    key = self.name.as_str(),
-                    owner,
-                    "every slot held by another owner"
-                );
-                return Ok(Err(()));
-            }
-            Err(e) => {
-                if e.is_connection() {
-                    if let Some(conn) = in_flight.conn.take() {
-                        pooled::discard(conn);
-                    }
-                } else {
-                    in_flight.armed = false;
-                }
-                return Err(e);
-            }
-        };
-        let mut expires_at = granted.grant.expires_at;
-        // A slot this owner already held (a retried acquire) may have little time left.
-        if timing.valid_until(sent, left) <= sent + timing.margin {
-            sent = Instant::now();
-            let conn = in_flight.conn.as_ref().expect("still set");
-            match pooled::renew_timed(
-                conn,
-                conns.statements(),
-                &granted.key,
-                owner,
-                granted.grant.epoch,
-                timing.ttl,
-                None,
-            )
-            .await
-            {
-                Ok((renewal, Some(l))) if renewal.status.is_ok() => {
-                    left = l;
-                    expires_at = renewal.expires_at.unwrap_or(expires_at);
-                }
-                _ => return Ok(Err(())),
-            }
-        }
-        let Some(key_reserved) = client.reservations().claim(&granted.key) else {
-            // This client holds the slot's key as a plain lease: nothing to release here.
-            in_flight.armed = false;
-            return Err(Error::invalid_argument(format!(
-                "slot key {:?} is held by another lease of this client",
-                granted.key
-            )));
-        };
-        in_flight.armed = false;
-        let reserved = in_flight.slot.take().expect("set above");
-        drop(in_flight);
-        Ok(Ok(client.start_keepalive(Granted {
-            reservations: vec![key_reserved, reserved],
-            key: &granted.key,
-            slot: Some(granted.slot),
-            grant: Grant {
-                epoch: granted.grant.epoch,
-                expires_at,
-            },
-            timing,
-            sent,
-            left,
-            data: self.data.clone(),
-        })))
     }
 }

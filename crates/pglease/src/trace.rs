@@ -21,8 +21,8 @@
 
 use std::time::Duration;
 
+use crate::deadline::Deadline;
 use crate::error::Error;
-use crate::wait::Deadline;
 
 /// The lifecycle of a [`crate::Client`]'s leases: acquire, renewals, loss, release.
 pub(crate) const LEASE: &str = "pglease::lease";

@@ -3,11 +3,11 @@
 //! [`crate::Semaphore::acquire`], the observer of [`crate::Election::observe`], and whatever else
 //! waits for a key's release or change).
 //!
-//! A wait for a key ([`Awaited::Key`]) subscribes to the key's releases on the client's shared
+//! A wait for a key ([`Target::Key`]) subscribes to the key's releases on the client's shared
 //! `LISTEN` connection first, then registers as a waiter (`lease.register_waiter`, which also
 //! reports the holder's lapse time as the server measures it), and sleeps until the release
 //! notification, the lapse, or its [`Deadline`]. A wait for a semaphore's slot
-//! ([`Awaited::Semaphore`]) does the same with the releases of any of its slots and
+//! ([`Target::Semaphore`]) does the same with the releases of any of its slots and
 //! `lease.register_slot_waiter` (the first lapse among the holders). Without a listening connection (pooler mode, or while it is down) it sleeps until
 //! the lapse, at most `poll_cap` at a time. Transient errors are retried with backoff until the
 //! deadline.
@@ -24,11 +24,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::calls;
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::listener::{Listener, Subscription, Topic};
 use crate::pooled::Connections;
 use crate::results::{Waiter, Watched};
 use crate::retry;
+use crate::target::Target;
 use crate::trace;
 
 /// How long a wait gives the listening connection to come up before it sleeps without it.
@@ -36,66 +38,9 @@ const LISTEN_READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Slack added to a server-reported lapse time, so the retry comes after the lapse.
 const LAPSE_SLACK: Duration = Duration::from_millis(2);
 
-/// When a wait gives up: an instant, or never.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Deadline(Option<Instant>);
-
-impl Deadline {
-    /// No deadline: wait without bound.
-    pub(crate) const NEVER: Deadline = Deadline(None);
-
-    /// `timeout` from now; a timeout too large for an instant (e.g. `Duration::MAX`) is never.
-    pub(crate) fn after(timeout: Duration) -> Deadline {
-        Deadline(Instant::now().checked_add(timeout))
-    }
-
-    /// The time left until the deadline (zero once passed); `None` for [`Deadline::NEVER`].
-    pub(crate) fn remaining(self) -> Option<Duration> {
-        self.0.map(|d| d.saturating_duration_since(Instant::now()))
-    }
-
-    /// Whether the deadline has passed.
-    pub(crate) fn passed(self) -> bool {
-        self.0.is_some_and(|d| Instant::now() >= d)
-    }
-
-    /// The earlier of `at` and the deadline.
-    pub(crate) fn cap(self, at: Instant) -> Instant {
-        self.0.map_or(at, |d| d.min(at))
-    }
-
-    /// Completes when the deadline passes (never, for [`Deadline::NEVER`]).
-    pub(crate) async fn reached(self) {
-        match self.0 {
-            Some(deadline) => sleep_until(deadline).await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
 /// The timeout error of a wait for `what` (e.g. "acquire of key \"k\"").
 pub(crate) fn ran_out(what: &str) -> Error {
     Error::timeout(format!("{what}: the wait ran out"))
-}
-
-/// What a waiting call waits for: a key's holder to go, or a slot of a semaphore to free up.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Awaited<'a> {
-    /// The key (its holder's release or lapse).
-    Key(&'a str),
-    /// A slot of the semaphore `name` (any holder's release or lapse, or fewer than
-    /// `max_holders` holders).
-    Semaphore { name: &'a str, max_holders: u32 },
-}
-
-impl<'a> Awaited<'a> {
-    /// The key or semaphore name (the `key` field of every event).
-    pub(crate) fn name(self) -> &'a str {
-        match self {
-            Awaited::Key(key) => key,
-            Awaited::Semaphore { name, .. } => name,
-        }
-    }
 }
 
 /// One attempt of a call that waits its turn: done, or refused because another owner holds the
@@ -153,7 +98,7 @@ impl Waits {
     pub(crate) async fn retry_until<T, F, Fut>(
         &self,
         what: &str,
-        awaited: Awaited<'_>,
+        target: &Target,
         deadline: Deadline,
         mut attempt: F,
     ) -> Result<T>
@@ -161,7 +106,7 @@ impl Waits {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>>>,
     {
-        let key = awaited.name();
+        let key = target.name();
         let mut failures = 0u32;
         loop {
             self.conns.check_open()?;
@@ -171,10 +116,10 @@ impl Waits {
                     if deadline.passed() {
                         return Err(self.ran_out(what, key));
                     }
-                    match awaited {
-                        Awaited::Key(key) => self.wait_for_turn(key, deadline).await,
-                        Awaited::Semaphore { name, max_holders } => {
-                            self.wait_for_slot(name, max_holders, deadline).await
+                    match target {
+                        Target::Key(key) => self.wait_for_turn(key, deadline).await,
+                        Target::Semaphore { name, max_holders } => {
+                            self.wait_for_slot(name, *max_holders, deadline).await
                         }
                     }
                 }

@@ -1,6 +1,7 @@
-//! The per-key slots of one client: a client holds (or is acquiring) at most one lease per key, so
-//! two tasks of one process never share a grant. [`Slots::claim`] reserves a key until its
-//! [`SlotGuard`] drops; [`Slots::claim_by`] waits for the key to be freed.
+//! The reservations of one client: a client holds (or is acquiring) at most one lease per key
+//! (and one slot per semaphore), so two tasks of one process never share a grant.
+//! [`Reservations::claim`] reserves a name until its [`Reservation`] drops;
+//! [`Reservations::claim_by`] waits for the name to be freed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,28 +9,28 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Notify;
 
-use crate::wait::Deadline;
+use crate::deadline::Deadline;
 
 /// The keys this client holds or is acquiring: one lease per key per client.
 #[derive(Default)]
-pub(crate) struct Slots {
+pub(crate) struct Reservations {
     held: Mutex<HashMap<String, u64>>,
     next_id: AtomicU64,
-    /// Notified whenever a slot is freed.
+    /// Notified whenever a reservation is freed.
     freed: Notify,
 }
 
-impl Slots {
+impl Reservations {
     /// Reserves `key`, or `None` if this client already holds or is acquiring it.
-    pub(crate) fn claim(self: &Arc<Self>, key: &str) -> Option<SlotGuard> {
+    pub(crate) fn claim(self: &Arc<Self>, key: &str) -> Option<Reservation> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if held.contains_key(key) {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         held.insert(key.to_owned(), id);
-        Some(SlotGuard {
-            slots: Arc::clone(self),
+        Some(Reservation {
+            reservations: Arc::clone(self),
             key: key.to_owned(),
             id,
         })
@@ -43,14 +44,14 @@ impl Slots {
         self: &Arc<Self>,
         key: &str,
         deadline: Deadline,
-    ) -> Option<SlotGuard> {
+    ) -> Option<Reservation> {
         loop {
             // Listen for frees before looking, so a free between the look and the wait is seen.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if let Some(slot) = self.claim(key) {
-                return Some(slot);
+            if let Some(reservation) = self.claim(key) {
+                return Some(reservation);
             }
             tokio::select! {
                 () = freed => {}
@@ -60,17 +61,17 @@ impl Slots {
     }
 }
 
-/// A reserved key; frees it on drop.
-pub(crate) struct SlotGuard {
-    slots: Arc<Slots>,
+/// A reserved key (or semaphore); frees it on drop.
+pub(crate) struct Reservation {
+    reservations: Arc<Reservations>,
     key: String,
     id: u64,
 }
 
-impl Drop for SlotGuard {
+impl Drop for Reservation {
     fn drop(&mut self) {
         let mut held = self
-            .slots
+            .reservations
             .held
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -78,7 +79,7 @@ impl Drop for SlotGuard {
             held.remove(&self.key);
         }
         drop(held);
-        self.slots.freed.notify_waiters();
+        self.reservations.freed.notify_waiters();
     }
 }
 
@@ -88,11 +89,11 @@ mod tests {
 
     #[test]
     fn a_key_is_reserved_once_per_client_until_its_guard_drops() {
-        let slots = Arc::new(Slots::default());
-        let guard = slots.claim("k").expect("free");
-        assert!(slots.claim("k").is_none());
-        assert!(slots.claim("other").is_some());
+        let reservations = Arc::new(Reservations::default());
+        let guard = reservations.claim("k").expect("free");
+        assert!(reservations.claim("k").is_none());
+        assert!(reservations.claim("other").is_some());
         drop(guard);
-        assert!(slots.claim("k").is_some());
+        assert!(reservations.claim("k").is_some());
     }
 }
