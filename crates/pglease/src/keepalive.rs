@@ -26,23 +26,20 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::lease_calls::{release_once, renew_once};
 use crate::lost::LostReason;
-use crate::pooled::{self, Connections, discard};
+use crate::pooled::Connections;
 use crate::renewer::{Outcome, Renewer, Ticket};
 use crate::reservations::Reservation;
 use crate::results::Status;
 use crate::shared::{Command, Health, Shared};
 use crate::trace;
-
-/// The longest a best-effort release (on drop, loss by expiry or shutdown) may take.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Counts a keepalive task as live from its creation until it ends (or is dropped unpolled with its
 /// runtime).
@@ -89,174 +86,128 @@ enum Exit {
     Ended(LostReason),
 }
 
+/// What waiting for one renewal came to.
+enum Waited {
+    /// The renewal's answer (or why it has none).
+    Answer(Result<Outcome>),
+    /// The lease's token was cancelled or its deadline passed: look at its health again.
+    LookAgain,
+    /// The loop ends.
+    Exit(Exit),
+}
+
+/// When the next renewal is due, and how many renewals in a row have failed.
+struct Schedule {
+    next: Instant,
+    failures: u32,
+}
+
 impl Keepalive {
     /// Runs until the lease ends; see the module docs.
     pub(crate) async fn run(mut self) {
+        let exit = self.renew_until_ended().await;
+        self.finish(exit).await;
+    }
+
+    /// Renews the lease, each renewal due at a fraction of the ttl after the last confirmed one,
+    /// until it is released, lost, or the client shuts down.
+    async fn renew_until_ended(&mut self) -> Exit {
         let shared = Arc::clone(&self.shared);
-        let timing = shared.timing;
         let valid_until = match shared.health() {
             Health::Held { valid_until, .. } => valid_until,
             Health::Ended(_) => self.sent,
         };
-        let mut next = timing.next_renewal(self.sent, valid_until);
-        let mut failures = 0u32;
-
-        let exit = loop {
+        let mut schedule = Schedule {
+            next: shared.timing.next_renewal(self.sent, valid_until),
+            failures: 0,
+        };
+        loop {
             let valid_until = match shared.health() {
                 Health::Held { valid_until, .. } => valid_until,
-                Health::Ended(reason) => break Exit::Ended(reason),
+                Health::Ended(reason) => return Exit::Ended(reason),
             };
-            // The renewal, due at `next`, goes to the client's renewer, which sends it together
-            // with the other leases' due renewals. While it is queued anything may interrupt;
-            // once it is in flight, a release or an end waits for its answer (`settle`), so no
-            // renewal of ours reaches the server after the release.
-            let mut ticket = self.renewer.submit(Arc::clone(&shared), next);
-            let answer = tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => break Exit::Shutdown,
-                command = self.commands.recv() => {
-                    let exit = match command {
-                        Some(Command::Release(reply)) => Exit::Release(Some(reply)),
-                        None => Exit::Release(None),
-                    };
-                    if !self.settle(&mut ticket, valid_until).await {
-                        break Exit::Shutdown;
-                    }
-                    break exit;
-                }
-                () = shared.token.cancelled() => {
-                    if !self.settle(&mut ticket, valid_until).await {
-                        break Exit::Shutdown;
-                    }
-                    continue;
-                }
-                () = sleep_until(valid_until) => {
-                    shared.end(LostReason::Expired);
-                    if !self.settle(&mut ticket, valid_until).await {
-                        break Exit::Shutdown;
-                    }
-                    continue;
-                }
-                answer = ticket.answer() => answer,
+            let answer = match self.renewal(schedule.next, valid_until).await {
+                Waited::Answer(Ok(Outcome::Busy)) => match self.renew_alone(valid_until).await {
+                    Waited::Answer(answer) => answer,
+                    Waited::LookAgain => continue,
+                    Waited::Exit(exit) => return exit,
+                },
+                Waited::Answer(answer) => answer,
+                Waited::LookAgain => continue,
+                Waited::Exit(exit) => return exit,
             };
-            drop(ticket);
-            let answer = match answer {
-                Ok(Outcome::Busy) => {
-                    // Its row is locked by another transaction (a guarded transaction, most
-                    // likely): renew it on its own, waiting for the lock until the deadline.
-                    tracing::debug!(
-                        target: trace::LEASE,
-                        key = shared.key.as_str(),
-                        owner = shared.owner.as_str(),
-                        epoch = shared.epoch,
-                        "lease busy in a batched renewal: renewing it on its own"
-                    );
-                    let sent = Instant::now();
-                    let deadline = valid_until.min(sent + timing.attempt_timeout());
-                    tokio::select! {
-                        biased;
-                        () = self.shutdown.cancelled() => break Exit::Shutdown,
-                        () = shared.token.cancelled() => continue,
-                        answer = renew_once(&self.conns, &shared, deadline) => {
-                            answer.map(|(status, left)| Outcome::Judged { sent, status, left })
-                        }
-                    }
-                }
-                other => other,
-            };
-            match answer {
-                Ok(Outcome::Judged {
-                    sent,
-                    status: Status::Ok,
-                    left: Some((left, expires_at)),
-                }) => {
-                    let valid_until = timing.valid_until(sent, left);
-                    shared.extend(valid_until, expires_at);
-                    next = timing.next_renewal(sent, valid_until);
-                    let valid_for =
-                        trace::ms(valid_until.saturating_duration_since(Instant::now()));
-                    if failures > 0 {
-                        tracing::info!(
-                            target: trace::LEASE,
-                            key = shared.key.as_str(),
-                            owner = shared.owner.as_str(),
-                            epoch = shared.epoch,
-                            failures,
-                            valid_for = ?valid_for,
-                            "lease renewed after failed renewals"
-                        );
-                    } else {
-                        tracing::debug!(
-                            target: trace::LEASE,
-                            key = shared.key.as_str(),
-                            owner = shared.owner.as_str(),
-                            epoch = shared.epoch,
-                            valid_for = ?valid_for,
-                            "lease renewed"
-                        );
-                    }
-                    failures = 0;
-                }
-                Ok(Outcome::Judged { status, .. }) => {
-                    let reason = status.lost_reason().unwrap_or(LostReason::Lapsed);
-                    shared.end(reason);
-                }
-                Ok(Outcome::Busy) => unreachable!("a busy answer is renewed on its own above"),
-                Err(e) => {
-                    failures = failures.saturating_add(1);
-                    let retry_in = timing.backoff(failures);
-                    next = Instant::now() + retry_in;
-                    tracing::warn!(
-                        target: trace::LEASE,
-                        key = shared.key.as_str(),
-                        owner = shared.owner.as_str(),
-                        epoch = shared.epoch,
-                        error = %e,
-                        sqlstate = trace::sqlstate(&e),
-                        cause = trace::cause(&e),
-                        failures,
-                        retry_in = ?trace::ms(retry_in),
-                        valid_for = ?trace::ms(valid_until.saturating_duration_since(Instant::now())),
-                        "lease renewal failed, retrying"
-                    );
-                }
-            }
-        };
+            schedule.judge(&shared, answer, valid_until);
+        }
+    }
 
+    /// Submits the renewal due at `next` to the client's renewer, which sends it together with
+    /// the other leases' due renewals, and waits for its answer. While it is queued anything may
+    /// interrupt; once it is in flight, a release or an end waits for its answer (`settle`), so
+    /// no renewal of ours reaches the server after the release.
+    async fn renewal(&mut self, next: Instant, valid_until: Instant) -> Waited {
+        let shared = Arc::clone(&self.shared);
+        let mut ticket = self.renewer.submit(Arc::clone(&shared), next);
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => Waited::Exit(Exit::Shutdown),
+            command = self.commands.recv() => {
+                let exit = match command {
+                    Some(Command::Release(reply)) => Exit::Release(Some(reply)),
+                    None => Exit::Release(None),
+                };
+                if !self.settle(&mut ticket, valid_until).await {
+                    return Waited::Exit(Exit::Shutdown);
+                }
+                Waited::Exit(exit)
+            }
+            () = shared.token.cancelled() => {
+                if !self.settle(&mut ticket, valid_until).await {
+                    return Waited::Exit(Exit::Shutdown);
+                }
+                Waited::LookAgain
+            }
+            () = sleep_until(valid_until) => {
+                shared.end(LostReason::Expired);
+                if !self.settle(&mut ticket, valid_until).await {
+                    return Waited::Exit(Exit::Shutdown);
+                }
+                Waited::LookAgain
+            }
+            answer = ticket.answer() => Waited::Answer(answer),
+        }
+    }
+
+    /// Renews the lease on its own (`lease.renew`) after the batch reported it busy: its row is
+    /// locked by another transaction (a guarded transaction, most likely), so the call waits for
+    /// the lock, bounded by the deadline.
+    async fn renew_alone(&self, valid_until: Instant) -> Waited {
+        let shared = &self.shared;
+        tracing::debug!(
+            target: trace::LEASE,
+            key = shared.key.as_str(),
+            owner = shared.owner.as_str(),
+            epoch = shared.epoch,
+            "lease busy in a batched renewal: renewing it on its own"
+        );
+        let sent = Instant::now();
+        let deadline = valid_until.min(sent + shared.timing.attempt_timeout());
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => Waited::Exit(Exit::Shutdown),
+            () = shared.token.cancelled() => Waited::LookAgain,
+            answer = renew_once(&self.conns, shared, deadline) => Waited::Answer(
+                answer.map(|(status, left)| Outcome::Judged { sent, status, left }),
+            ),
+        }
+    }
+
+    /// Ends the lease as the loop's exit says: releases it when asked to (answering the handle),
+    /// or when the server may still hold it for us; then answers any late release requests.
+    async fn finish(mut self, exit: Exit) {
+        let shared = Arc::clone(&self.shared);
         match exit {
             Exit::Release(reply) => {
-                let result = match shared.check() {
-                    Err(reason) => {
-                        if reason == LostReason::Expired || reason == LostReason::Released {
-                            // Dropped, or lost by expiry: the server may still hold it for us.
-                            let result = release_once(&self.conns, &shared).await;
-                            log_release(&shared, &result, reason);
-                        }
-                        Err(Error::lease_lost(reason))
-                    }
-                    Ok(()) => {
-                        let result = release_once(&self.conns, &shared).await;
-                        if !matches!(result, Ok(ref status) if !status.is_ok()) {
-                            // A refusal is logged as the loss it is, by `end` below.
-                            log_release(&shared, &result, LostReason::Released);
-                        }
-                        match result {
-                            Ok(Status::Ok) => {
-                                shared.end(LostReason::Released);
-                                Ok(())
-                            }
-                            Ok(status) => {
-                                let reason = status.lost_reason().unwrap_or(LostReason::Lapsed);
-                                shared.end(reason);
-                                Err(Error::lease_lost(reason))
-                            }
-                            Err(e) => {
-                                shared.end(LostReason::Released);
-                                Err(e)
-                            }
-                        }
-                    }
-                };
+                let result = self.release_requested().await;
                 // Free the key in the client before answering, so that the caller of `release`
                 // can acquire it again at once.
                 self.reservations.clear();
@@ -287,6 +238,119 @@ impl Keepalive {
             let _ = reply.send(Err(Error::lease_lost(reason)));
         }
         self.reservations.clear();
+    }
+
+    /// The release the handle asked for (or its drop did): what `Lease::release` answers.
+    async fn release_requested(&self) -> Result<()> {
+        let shared = &self.shared;
+        match shared.check() {
+            Err(reason) => {
+                if reason == LostReason::Expired || reason == LostReason::Released {
+                    // Dropped, or lost by expiry: the server may still hold it for us.
+                    let result = release_once(&self.conns, shared).await;
+                    log_release(shared, &result, reason);
+                }
+                Err(Error::lease_lost(reason))
+            }
+            Ok(()) => {
+                let result = release_once(&self.conns, shared).await;
+                if !matches!(result, Ok(ref status) if !status.is_ok()) {
+                    // A refusal is logged as the loss it is, by `end` below.
+                    log_release(shared, &result, LostReason::Released);
+                }
+                match result {
+                    Ok(Status::Ok) => {
+                        shared.end(LostReason::Released);
+                        Ok(())
+                    }
+                    Ok(status) => {
+                        let reason = status.lost_reason().unwrap_or(LostReason::Lapsed);
+                        shared.end(reason);
+                        Err(Error::lease_lost(reason))
+                    }
+                    Err(e) => {
+                        shared.end(LostReason::Released);
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Schedule {
+    /// What a renewal's answer means for the lease: a confirmed renewal moves the validity
+    /// deadline and schedules the next one; a refusal ends the lease; anything else is retried
+    /// with backoff (the deadline is left where it is).
+    fn judge(&mut self, shared: &Shared, answer: Result<Outcome>, valid_until: Instant) {
+        let timing = shared.timing;
+        match answer {
+            Ok(Outcome::Judged {
+                sent,
+                status: Status::Ok,
+                left: Some((left, expires_at)),
+            }) => {
+                let valid_until = timing.valid_until(sent, left);
+                shared.extend(valid_until, expires_at);
+                self.next = timing.next_renewal(sent, valid_until);
+                let valid_for = trace::ms(valid_until.saturating_duration_since(Instant::now()));
+                if self.failures > 0 {
+                    tracing::info!(
+                        target: trace::LEASE,
+                        key = shared.key.as_str(),
+                        owner = shared.owner.as_str(),
+                        epoch = shared.epoch,
+                        failures = self.failures,
+                        valid_for = ?valid_for,
+                        "lease renewed after failed renewals"
+                    );
+                } else {
+                    tracing::debug!(
+                        target: trace::LEASE,
+                        key = shared.key.as_str(),
+                        owner = shared.owner.as_str(),
+                        epoch = shared.epoch,
+                        valid_for = ?valid_for,
+                        "lease renewed"
+                    );
+                }
+                self.failures = 0;
+            }
+            Ok(Outcome::Judged { status, .. }) => {
+                let reason = status.lost_reason().unwrap_or(LostReason::Lapsed);
+                shared.end(reason);
+            }
+            Ok(Outcome::Busy) => {
+                // Only a batched renewal can be busy, and its answer is renewed alone first;
+                // should one reach here, it proves nothing: retry like an unanswered renewal.
+                self.retry(
+                    shared,
+                    &Error::connection("the lease was busy"),
+                    valid_until,
+                );
+            }
+            Err(e) => self.retry(shared, &e, valid_until),
+        }
+    }
+
+    /// Schedules the next attempt after a failed renewal, with backoff.
+    fn retry(&mut self, shared: &Shared, e: &Error, valid_until: Instant) {
+        self.failures = self.failures.saturating_add(1);
+        let retry_in = shared.timing.backoff(self.failures);
+        self.next = Instant::now() + retry_in;
+        tracing::warn!(
+            target: trace::LEASE,
+            key = shared.key.as_str(),
+            owner = shared.owner.as_str(),
+            epoch = shared.epoch,
+            error = %e,
+            sqlstate = trace::sqlstate(e),
+            cause = trace::cause(e),
+            failures = self.failures,
+            retry_in = ?trace::ms(retry_in),
+            valid_for = ?trace::ms(valid_until.saturating_duration_since(Instant::now())),
+            "lease renewal failed, retrying"
+        );
     }
 }
 
@@ -344,76 +408,5 @@ fn log_release(shared: &Shared, result: &Result<Status>, reason: LostReason) {
             sqlstate = trace::sqlstate(e),
             "lease release failed: the lease lapses by itself at its expiry"
         ),
-    }
-}
-
-/// One renewal (`lease.renew`) on a pooled connection, bounded by `deadline`. Returns the status
-/// and, for `ok`, the time left and the server expiry. A connection that gave no answer in time is
-/// discarded.
-pub(crate) async fn renew_once(
-    conns: &Connections,
-    shared: &Shared,
-    deadline: Instant,
-) -> Result<(Status, Option<(Duration, std::time::SystemTime)>)> {
-    let conn = conns.checkout(deadline).await?;
-    let answer = timeout_at(
-        deadline,
-        pooled::renew_timed(
-            &conn,
-            conns.statements(),
-            &shared.key,
-            &shared.owner,
-            shared.epoch,
-            shared.timing.ttl,
-            None,
-        ),
-    )
-    .await;
-    match answer {
-        Err(_) => {
-            discard(conn);
-            Err(Error::connection("no answer to the renewal in time"))
-        }
-        Ok(Err(e)) => {
-            if e.is_connection() {
-                discard(conn);
-            }
-            Err(e)
-        }
-        Ok(Ok((renewal, left))) => Ok((renewal.status, left.zip(renewal.expires_at))),
-    }
-}
-
-/// One release on a pooled connection, bounded by [`RELEASE_TIMEOUT`] (or the ttl, if shorter
-/// but at least a second: past it the lease lapses by itself).
-async fn release_once(conns: &Connections, shared: &Shared) -> Result<Status> {
-    let bound = shared
-        .timing
-        .ttl
-        .clamp(Duration::from_secs(1), RELEASE_TIMEOUT);
-    let deadline = Instant::now() + bound;
-    let conn = conns.checkout(deadline).await?;
-    match timeout_at(
-        deadline,
-        pooled::release(
-            &conn,
-            conns.statements(),
-            &shared.key,
-            &shared.owner,
-            shared.epoch,
-        ),
-    )
-    .await
-    {
-        Err(_) => {
-            discard(conn);
-            Err(Error::connection("no answer to the release in time"))
-        }
-        Ok(result) => {
-            if result.as_ref().is_err_and(Error::is_connection) {
-                discard(conn);
-            }
-            result
-        }
     }
 }

@@ -121,6 +121,7 @@ mod granted;
 mod guard;
 mod keepalive;
 mod lease;
+mod lease_calls;
 mod lost;
 mod renewer;
 mod shared;

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, Result};
-use crate::keepalive::renew_once;
+use crate::lease_calls::renew_once;
 use crate::pooled::{self, Connections, discard};
 use crate::results::Status;
 use crate::shared::Shared;
