@@ -5,163 +5,16 @@
 //!
 //! Each test installs a capturing subscriber as the default of its own thread and runs on a
 //! current-thread runtime, so every task of its client (keepalives, the listening connection)
-//! reports to it and nothing of other tests does.
+//! reports to it and nothing of other tests does. The subscriber is in `capture.rs`.
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
+use tracing::Level;
+
+mod capture;
 
 use crate::common::{self, client, eventually, force_lapse, key, superuser};
-
-/// The fields of an event or span, as text.
-#[derive(Debug, Clone, Default)]
-struct Fields(BTreeMap<String, String>);
-
-impl Fields {
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
-    }
-}
-
-impl Visit for Fields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-}
-
-/// One captured event, with the spans it was in (innermost first).
-#[derive(Debug, Clone)]
-struct Captured {
-    target: String,
-    level: Level,
-    fields: Fields,
-    spans: Vec<(String, Fields)>,
-}
-
-impl Captured {
-    fn message(&self) -> &str {
-        self.fields.get("message").unwrap_or("")
-    }
-
-    fn field(&self, name: &str) -> Option<&str> {
-        self.fields.get(name)
-    }
-
-    fn span(&self, name: &str) -> Option<&Fields> {
-        self.spans.iter().find(|(n, _)| n == name).map(|(_, f)| f)
-    }
-
-    /// Whether the event names `key`, `owner` and (if given) `epoch` as fields of its own.
-    fn is_about(&self, key: &str, owner: &str, epoch: Option<i64>) -> bool {
-        self.field("key") == Some(key)
-            && self.field("owner") == Some(owner)
-            && epoch.is_none_or(|e| self.field("epoch") == Some(e.to_string().as_str()))
-    }
-}
-
-/// A layer that keeps every event (and its spans' fields) in a shared list.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Captured>>>);
-
-impl Capture {
-    /// Installs the capture as this thread's default subscriber until the guard is dropped.
-    fn install() -> (Capture, tracing::subscriber::DefaultGuard) {
-        let capture = Capture::default();
-        let subscriber = tracing_subscriber::registry().with(capture.clone());
-        (capture, tracing::subscriber::set_default(subscriber))
-    }
-
-    fn events(&self) -> Vec<Captured> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The first event on `target` with `message` about `key` (a field of the event).
-    fn find(&self, target: &str, message: &str, key: &str) -> Option<Captured> {
-        self.events()
-            .into_iter()
-            .find(|e| e.target == target && e.message() == message && e.field("key") == Some(key))
-    }
-
-    /// Waits (bounded) for the event [`Capture::find`] finds.
-    async fn wait_for(&self, target: &str, message: &str, key: &str) -> Captured {
-        let what = format!("{target}: {message:?} for {key}");
-        eventually(&what, Duration::from_secs(15), || async {
-            self.find(target, message, key)
-        })
-        .await
-    }
-}
-
-impl<S> Layer<S> for Capture
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let mut fields = Fields::default();
-        attrs.record(&mut fields);
-        if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(fields);
-        }
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id)
-            && let Some(fields) = span.extensions_mut().get_mut::<Fields>()
-        {
-            values.record(fields);
-        }
-    }
-
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        let spans = ctx
-            .event_scope(event)
-            .map(|scope| {
-                scope
-                    .map(|span| {
-                        let fields = span.extensions().get::<Fields>().cloned();
-                        (span.name().to_owned(), fields.unwrap_or_default())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let meta = event.metadata();
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Captured {
-                target: meta.target().to_owned(),
-                level: *meta.level(),
-                fields,
-                spans,
-            });
-    }
-}
-
-/// Asserts that no event about `key` was logged at `error`.
-fn assert_nothing_at_error(capture: &Capture, key: &str) {
-    let errors: Vec<_> = capture
-        .events()
-        .into_iter()
-        .filter(|e| e.level == Level::ERROR && e.field("key") == Some(key))
-        .collect();
-    assert!(errors.is_empty(), "events at error: {errors:#?}");
-}
+use capture::{Capture, Captured, assert_nothing_at_error};
 
 #[tokio::test]
 async fn an_acquire_its_renewals_a_loss_and_a_release_emit_the_documented_events() {
