@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README "Run the tests"). On a fresh machine with Rust and Python/pip it sets up
+# The test command (README, "Set up and run"). On a fresh machine with Rust and Python/pip it sets up
 # everything the tests need, PostgreSQL included, and runs every suite against real servers.
 #
 #   scripts/test.sh                              # PostgreSQL 15 and every other version already present

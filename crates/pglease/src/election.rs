@@ -11,9 +11,14 @@
 //! (pooler mode) they sleep until the lapse, at most `poll_cap`, and while there is no leader
 //! re-check every `min(ttl / 4, 1 s)`.
 //!
-//! Like etcd's election recipe on its `Session`, an election is built on its client's public
-//! calls ([`Client::acquire`], [`Client::inspect`], [`Lease::release`]); the observer waits through
-//! the client's one waiting interface (`wait.rs`), as [`Client::acquire`] does.
+//! Like etcd's election recipe on its `Session`, a campaign is its client's public acquire
+//! ([`Client::acquire_with`], with the candidate's data, waiting without bound) and a resignation
+//! is [`Lease::release`]. It reaches inside the client in two places, on purpose: it marks the
+//! lease as a leadership, so that the loss of a leadership is logged where, and when, every loss
+//! is (`Shared::end`: a task watching [`Lease::lost`] would log it only some time after the loss
+//! is signalled); and the observer waits on the client's one listening connection through the
+//! waiting interface every wait of the client uses (`wait.rs`: subscribe, `lease.watch`, sleep
+//! until a change or the lapse), so that it needs no connection of its own.
 //!
 //! Logs on target `pglease::election` (`info`): leader elected (in the `campaign` span), leadership
 //! resigned, and each leader change an observer sees; the loss of a leadership is logged (`warn`)
