@@ -1,4 +1,4 @@
-//! Unit tests of `persistent.rs`.
+//! Unit tests of `persistent.rs` and `persistent/`.
 
 use super::*;
 
