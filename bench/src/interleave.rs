@@ -1,7 +1,7 @@
 //! Side-by-side measurement: the variants of a group run in alternating short rounds on the same
 //! server (order A B .. then .. B A, and so on), and every ratio is computed per round, so drift of
-//! the shared machine between rounds cancels out of the ratio. We report the median of the per-round
-//! ratios with their minimum and maximum.
+//! the shared machine between rounds cancels out of the ratio. We report the median of the
+//! per-round ratios with their minimum and maximum.
 //!
 //! A second, finer interleaving ("mixed"): one pgbench run per round with every variant's script,
 //! pgbench picking a script at random for each transaction, and the latency log telling them apart.

@@ -1,5 +1,5 @@
-//! Running pgbench with a custom script (`-M prepared`, fixed duration, per-transaction latency log)
-//! and turning its log into an HDR histogram. The raw log lives in a temporary directory only.
+//! Running pgbench with a custom script (`-M prepared`, fixed duration, per-transaction latency
+//! log) and turning its log into an HDR histogram. The raw log lives in a temporary directory only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -118,7 +118,8 @@ pub fn w1_txn() -> Variant {
 }
 
 /// W2 (contend): one acquire attempt on one of four shared keys, autocommit. With a 30 s ttl the
-/// keys stay held, so nearly every attempt is a refusal (or, by the holder, an idempotent re-acquire).
+/// keys stay held, so nearly every attempt is a refusal (or, by the holder, an idempotent
+/// re-acquire).
 pub fn w2_lease() -> Variant {
     Variant {
         name: "lease",

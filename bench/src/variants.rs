@@ -1,10 +1,10 @@
 //! Where does the lease's overhead over its floor go, and what did the 0.3.0 function bodies gain?
 //! Copies of the installed `lease.acquire`, `lease.renew` and `lease.release` (read back with
 //! `pg_get_functiondef`, so they are exactly what the extension installed) are created in scratch
-//! schemas, each on its own copy of the table and with one thing changed, and run as W1 side by side
-//! with the real functions and the floor. Variant `previous` is the previous release's bodies, read
-//! back the same way from a database where that release is installed (`CREATE EXTENSION pg_lease
-//! VERSION ...`, private cluster only): the before/after comparison of an optimisation.
+//! schemas, each on its own copy of the table and with one thing changed, and run as W1 side by
+//! side with the real functions and the floor. Variant `previous` is the previous release's bodies,
+//! read back the same way from a database where that release is installed (`CREATE EXTENSION
+//! pg_lease VERSION ...`, private cluster only): the before/after comparison of an optimisation.
 //!
 //! Variants that drop SECURITY DEFINER or the pinned search_path only *measure* what those cost;
 //! they are not proposals (safety is not traded for speed).

@@ -2,11 +2,12 @@
 //!
 //! - `release→blocking`: the waiter is inside a server-side blocking acquire (`wait` > 0), which
 //!   re-reads the key every 50 ms; the holder releases after a random delay.
-//! - `release→listen`: the waiter ran `LISTEN pg_lease_released` and `lease.register_waiter`, sleeps
-//!   on the connection until the notification for its key arrives, then acquires (non-blocking).
+//! - `release→listen`: the waiter ran `LISTEN pg_lease_released` and `lease.register_waiter`,
+//!   sleeps on the connection until the notification for its key arrives, then acquires
+//!   (non-blocking).
 //! - `release→Client::acquire`: the same through `pglease::Client::acquire` (its waiting loop).
-//! - `lapse→blocking`: the holder stops renewing; the waiter's blocking acquire sleeps until exactly
-//!   the expiry (the server never sleeps past it) and takes over.
+//! - `lapse→blocking`: the holder stops renewing; the waiter's blocking acquire sleeps until
+//!   exactly the expiry (the server never sleeps past it) and takes over.
 //! - `lapse→timer`: the waiter sleeps `lapses_in` (from register_waiter) on its own monotonic
 //!   clock, then acquires, retrying every millisecond if it woke early.
 //!

@@ -1,8 +1,9 @@
 //! The queue section: pg_lease_queue side by side with pgmq, on the same server, in the same run.
 //!
-//! pgmq is not part of this repository: its SQL is taken at bench time from the PyPI package
-//! (`pip download --no-deps pgmq==<version>`, which ships `pgmq/sql/pgmq.sql`), cached under
-//! `target/bench-cache/`, and run as the workload role (no extension files). Its version is recorded.
+//! pgmq is not part of this repository: its SQL is taken at bench time from the PyPI package (`pip
+//! download --no-deps pgmq==<version>`, which ships `pgmq/sql/pgmq.sql`), cached under
+//! `target/bench-cache/`, and run as the workload role (no extension files). Its version is
+//! recorded.
 //!
 //! - **Throughput**: per (synchronous_commit, partitions, batch size), every system in turn (order
 //!   alternating between configurations): a *produce* phase (producers send or send_batch into an

@@ -7,8 +7,8 @@
 //!   autocommit transaction): the best a client can do without a batch call.
 //! - `renew-many`: one `lease.renew_many(owner, keys, epochs, ttl)` call with all N pairs.
 //! - `bare`: the cheapest SQL making the same row change, one `UPDATE lease.leases ... FROM
-//!   unnest(keys, epochs) ... RETURNING key, expires_at` (same matching rule as renew: key, owner and
-//!   epoch match and the grant has not lapsed), run as the table's owner (a superuser: the
+//!   unnest(keys, epochs) ... RETURNING key, expires_at` (same matching rule as renew: key, owner
+//!   and epoch match and the grant has not lapsed), run as the table's owner (a superuser: the
 //!   extension's objects belong to the bootstrap superuser). It sets `expires_at` and nothing else,
 //!   as the other sections' floors do: no statuses, no validation, no lock-wait rules.
 //!
@@ -252,7 +252,8 @@ pub struct SingleResult {
     pub rounds: u32,
     pub round_seconds: u32,
     pub versions: Vec<SingleVersion>,
-    /// This release / the previous one, per round: mean latency of each call, backend CPU per cycle.
+    /// This release / the previous one, per round: mean latency of each call, backend CPU per
+    /// cycle.
     pub acquire_ratio: Spread,
     pub renew_ratio: Spread,
     pub release_ratio: Spread,

@@ -102,10 +102,10 @@ impl ClusterBuilder {
     /// `dir/sql/` (the pg_lease layout: `extensions/pg_lease/pg_lease.control`,
     /// `extensions/pg_lease/sql/pg_lease--0.1.0.sql`; see [`ExtensionFiles::from_dir`]).
     ///
-    /// Files are copied atomically (temporary name, mode 0644, rename; identical files are
-    /// left alone) into the installation's `<sharedir>/extension/`. If that directory is not
-    /// writable (e.g. a non-root user with Debian's PostgreSQL), the server instead runs from
-    /// a private mirror of the installation in the cache (see [`private_mirror`](Self::private_mirror)).
+    /// Files are copied atomically (temporary name, mode 0644, rename; identical files are left
+    /// alone) into the installation's `<sharedir>/extension/`. If that directory is not writable
+    /// (e.g. a non-root user with Debian's PostgreSQL), the server instead runs from a private
+    /// mirror of the installation in the cache (see [`private_mirror`](Self::private_mirror)).
     /// [`start`](Self::start) fails if `dir` has no control file (or more than one).
     pub fn extension_dir(mut self, dir: impl AsRef<Path>) -> ClusterBuilder {
         self.extensions

@@ -58,7 +58,8 @@ const MAX_SOCKET_PATH: usize = 107;
 /// | `lock` | `flock`ed while a process starts or stops the server |
 ///
 /// As root, `initdb`, `pg_ctl` and the server run as [`server_user`](crate::server_user), which
-/// must be able to enter every ancestor of the directory (checked before start, with a clear error).
+/// must be able to enter every ancestor of the directory (checked before start, with a clear
+/// error).
 ///
 /// # Examples
 ///

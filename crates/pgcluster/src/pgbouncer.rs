@@ -2,11 +2,12 @@
 //! clients behind a pooler.
 //!
 //! PgBouncer is not fetched: it must be installed (the Debian package `pgbouncer`, found at
-//! `/usr/sbin/pgbouncer`, `/usr/bin/pgbouncer` or on `PATH`). It listens only on a unix socket in
-//! a directory that its own account alone (and root) may enter, reaches the cluster through the
-//! cluster's unix socket, trusts the users it is told about (as the cluster's socket does), and runs
-//! from a private temporary directory (configuration, user list, log) that is removed with it. As root, it is started with `-u <user>` for the same unprivileged user as the
-//! server ([`server_user`](crate::server_user)), since PgBouncer refuses to run as root.
+//! `/usr/sbin/pgbouncer`, `/usr/bin/pgbouncer` or on `PATH`). It listens only on a unix socket in a
+//! directory that its own account alone (and root) may enter, reaches the cluster through the
+//! cluster's unix socket, trusts the users it is told about (as the cluster's socket does), and
+//! runs from a private temporary directory (configuration, user list, log) that is removed with it.
+//! As root, it is started with `-u <user>` for the same unprivileged user as the server
+//! ([`server_user`](crate::server_user)), since PgBouncer refuses to run as root.
 //!
 //! ```no_run
 //! # fn demo() -> pgcluster::Result<()> {

@@ -94,9 +94,9 @@ impl ClientBuilder {
     ///
     /// A lease is treated as valid until `sent + ttl - margin`, with `margin = ttl / 1000 +
     /// safety_margin`: the proportional part covers clock-rate drift between this host and the
-    /// server (2 × the 500 ppm a kernel may slew a clock), the constant covers timer and
-    /// scheduling latency between the deadline and your code seeing [`Lease::lost`](crate::LeaseGuard::lost). Raise it on
-    /// heavily loaded hosts. A ttl must exceed twice the margin.
+    /// server (2 × the 500 ppm a kernel may slew a clock), the constant covers timer and scheduling
+    /// latency between the deadline and your code seeing [`Lease::lost`](crate::LeaseGuard::lost).
+    /// Raise it on heavily loaded hosts. A ttl must exceed twice the margin.
     ///
     /// # Examples
     ///

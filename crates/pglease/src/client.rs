@@ -250,13 +250,13 @@ impl Client {
     /// Acquires `key` for `ttl`, waiting up to `timeout` while another owner holds it.
     ///
     /// The wait holds no pooled connection and no transaction, and does not poll: the client
-    /// registers as a waiter (`lease.register_waiter`), listens on its shared `LISTEN`
-    /// connection, and retries when the holder releases the key or when its lease lapses by the
-    /// server's reckoning, whichever comes first. In [pooler mode](crate::ClientBuilder::pooler_mode) it
-    /// sleeps until the lapse, at most [`ClientBuilder::poll_cap`](crate::ClientBuilder::poll_cap) at a time. Connection errors
-    /// while waiting are retried with backoff. Waiters are not queued: whoever retries first wins.
-    /// A `timeout` too long to represent as an instant (e.g. [`Duration::MAX`]) waits without
-    /// bound.
+    /// registers as a waiter (`lease.register_waiter`), listens on its shared `LISTEN` connection,
+    /// and retries when the holder releases the key or when its lease lapses by the server's
+    /// reckoning, whichever comes first. In [pooler mode](crate::ClientBuilder::pooler_mode) it
+    /// sleeps until the lapse, at most [`ClientBuilder::poll_cap`](crate::ClientBuilder::poll_cap)
+    /// at a time. Connection errors while waiting are retried with backoff. Waiters are not queued:
+    /// whoever retries first wins. A `timeout` too long to represent as an instant (e.g.
+    /// [`Duration::MAX`]) waits without bound.
     ///
     /// # Errors
     ///

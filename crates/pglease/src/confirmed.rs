@@ -3,13 +3,14 @@
 //! With synchronous replication a commit waits for the standby before the server answers. If that
 //! wait is cancelled (`pg_cancel_backend`, a cancel request) the server still answers — the
 //! transaction has committed locally — with only a WARNING that it may not have reached the
-//! standby. A client that believed that answer could act on a grant the standby never received: after
-//! a failover another owner gets the key. PostgreSQL sends the warning just before the final
+//! standby. A client that believed that answer could act on a grant the standby never received:
+//! after a failover another owner gets the key. PostgreSQL sends the warning just before the final
 //! `ReadyForQuery`, and tokio-postgres completes a query only at `ReadyForQuery`; so a connection
 //! driver that closes the connection when it sees the warning turns the answer into a connection
-//! error before the caller sees it. The call's outcome is then unknown, as after any lost connection,
-//! and the client treats it so: an acquire's possible grant is released in the background, a renewal
-//! is retried (and counts only once confirmed), a guarded transaction's commit fails.
+//! error before the caller sees it. The call's outcome is then unknown, as after any lost
+//! connection, and the client treats it so: an acquire's possible grant is released in the
+//! background, a renewal is retried (and counts only once confirmed), a guarded transaction's
+//! commit fails.
 //!
 //! Every connection of a [`Client`](crate::Client) built with [`ClientBuilder::connect`] or
 //! [`connect_with`](crate::ClientBuilder::connect_with) is driven so. A pool of your own

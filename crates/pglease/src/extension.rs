@@ -173,7 +173,8 @@ pub const MIGRATIONS: &[Migration] = PG_LEASE.scripts;
 /// ```
 pub const CONTROL: &str = PG_LEASE.control;
 
-/// The version of pg_lease's SQL API that this library speaks and installs ([`PG_LEASE`]`.version`).
+/// The version of pg_lease's SQL API that this library speaks and installs
+/// ([`PG_LEASE`]`.version`).
 ///
 /// # Examples
 ///

@@ -16,9 +16,9 @@ use crate::error::Result;
 
 /// A lease's key, owner and epoch: what a transaction presents to `lease.fence`.
 ///
-/// Get one from [`Lease::fencing_token`](crate::LeaseGuard::fencing_token) (or build one with [`Fence::new`]) and move it
-/// into the tasks that write on the lease's behalf. It is valid exactly as long as the grant it
-/// names; after a release, lapse or takeover, [`Fence::check`] fails with
+/// Get one from [`Lease::fencing_token`](crate::LeaseGuard::fencing_token) (or build one with
+/// [`Fence::new`]) and move it into the tasks that write on the lease's behalf. It is valid exactly
+/// as long as the grant it names; after a release, lapse or takeover, [`Fence::check`] fails with
 /// [`crate::Error::is_fenced`].
 ///
 /// # Examples
@@ -98,8 +98,8 @@ impl Fence {
     /// Runs `lease.fence(key, owner, epoch)` in the caller's transaction: verifies the grant and
     /// locks the key's row until the transaction ends. Returns the lease's server expiry.
     ///
-    /// Unlike [`Lease::fence`](crate::LeaseGuard::fence), it does not consult the local lease state: the server alone
-    /// decides.
+    /// Unlike [`Lease::fence`](crate::LeaseGuard::fence), it does not consult the local lease
+    /// state: the server alone decides.
     ///
     /// # Errors
     ///

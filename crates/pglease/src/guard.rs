@@ -244,10 +244,12 @@ impl LeaseGuard {
     ///
     /// # Errors
     ///
-    /// - [`Error::is_lease_lost`](crate::Error::is_lease_lost): the lease has already ended locally (nothing sent).
-    /// - [`Error::is_fenced`](crate::Error::is_fenced): the server refused (SQLSTATE `LE001`, `LE002` or `LE003`);
-    ///   the transaction is aborted.
-    /// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or [`Error::is_protocol`](crate::Error::is_protocol).
+    /// - [`Error::is_lease_lost`](crate::Error::is_lease_lost): the lease has already ended locally
+    ///   (nothing sent).
+    /// - [`Error::is_fenced`](crate::Error::is_fenced): the server refused (SQLSTATE `LE001`,
+    ///   `LE002` or `LE003`); the transaction is aborted.
+    /// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or
+    ///   [`Error::is_protocol`](crate::Error::is_protocol).
     ///
     /// # Cancel safety
     ///

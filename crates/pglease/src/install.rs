@@ -1,10 +1,11 @@
 //! Getting our SQL extensions into a database: by `CREATE EXTENSION` where the server has the
-//! extension files, or by running the extension's own scripts where it has not (managed PostgreSQL).
+//! extension files, or by running the extension's own scripts where it has not (managed
+//! PostgreSQL).
 //!
 //! Each extension is described once, by an [`Extension`]: its name, schema, control file, scripts
 //! and the extensions it requires. The functions here work on any of them ([`Extension::install`],
-//! [`Extension::create_extension`], ...); the free functions ([`install()`], [`installed`], ...) are
-//! the same for pg_lease ([`PG_LEASE`]).
+//! [`Extension::create_extension`], ...); the free functions ([`install()`], [`installed`], ...)
+//! are the same for pg_lease ([`PG_LEASE`]).
 //!
 //! Both paths take one transaction-scoped advisory lock per extension ([`Extension::lock_key`]), in
 //! dependency order, so concurrent installers serialise and all but the first find it installed.
@@ -61,7 +62,8 @@ pub struct Installed {
 }
 
 // The read-only checks ([`Extension::installed`], [`Extension::check_version`]) use unnamed
-// statements (`query_typed`), so they also work through a transaction-mode pooler such as PgBouncer.
+// statements (`query_typed`), so they also work through a transaction-mode pooler such as
+// PgBouncer.
 
 /// What a database holds of one extension, as far as the installers care.
 #[derive(Debug, PartialEq, Eq)]
@@ -332,7 +334,8 @@ impl Extension {
     }
 
     /// [`create_extension`](Self::create_extension)'s work for this one extension, in the
-    /// installers' transaction (locks held): what it found or made, and whether it changed anything.
+    /// installers' transaction (locks held): what it found or made, and whether it changed
+    /// anything.
     async fn create_in(&self, tx: &Transaction<'_>) -> Result<(Installed, bool)> {
         match self.detect(tx).await? {
             State::Extension(version) if version == self.version => {
@@ -515,7 +518,8 @@ impl Extension {
     }
 }
 
-/// pg_lease as found installed in a database, if any: [`PG_LEASE`]`.`[`installed`](Extension::installed).
+/// pg_lease as found installed in a database, if any:
+/// [`PG_LEASE`]`.`[`installed`](Extension::installed).
 ///
 /// # Errors
 ///

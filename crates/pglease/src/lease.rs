@@ -87,13 +87,14 @@ impl Lease {
         LeaseGuard::new(Arc::clone(&self.shared))
     }
 
-    /// Renews the lease now (the keepalive also does, at a fraction of the ttl), moving its validity
-    /// deadline forward.
+    /// Renews the lease now (the keepalive also does, at a fraction of the ttl), moving its
+    /// validity deadline forward.
     ///
     /// # Errors
     ///
     /// - [`Error::is_lease_lost`]: the lease had already ended, or the server refused the renewal
-    ///   (`not_owner`, `lapsed`, `epoch_mismatch`), which ends it and fires [`Lease::lost`](crate::LeaseGuard::lost).
+    ///   (`not_owner`, `lapsed`, `epoch_mismatch`), which ends it and fires
+    ///   [`Lease::lost`](crate::LeaseGuard::lost).
     /// - [`Error::is_connection`] or another server error: the renewal's outcome is unknown, and
     ///   the lease is **not** lost for it; the keepalive keeps trying until the validity deadline.
     ///
@@ -121,8 +122,8 @@ impl Lease {
     /// # Errors
     ///
     /// - [`Error::is_invalid_input`]: `data` is over
-    ///   [`MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes (client-side, nothing sent), or the
-    ///   server refused it (`22023`).
+    ///   [`MAX_DATA_BYTES`](crate::limits::MAX_DATA_BYTES) bytes (client-side, nothing sent), or
+    ///   the server refused it (`22023`).
     /// - as [`Lease::renew`]: [`Error::is_lease_lost`] if the lease had ended or the server refused
     ///   the renewal; [`Error::is_connection`] if the outcome is unknown (the data may or may not
     ///   have been set; the lease is not lost for it).

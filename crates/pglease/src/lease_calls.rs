@@ -1,7 +1,7 @@
 //! The calls on one lease that are sent on their own rather than in the renewer's batch, each on a
-//! pooled connection and bounded in time: a renewal (`lease.renew`: a batch of one, or a lease
-//! the batch found busy) and the release. A connection that gave no answer in time is discarded, since the
-//! call may still be running on it.
+//! pooled connection and bounded in time: a renewal (`lease.renew`: a batch of one, or a lease the
+//! batch found busy) and the release. A connection that gave no answer in time is discarded, since
+//! the call may still be running on it.
 
 use std::time::Duration;
 

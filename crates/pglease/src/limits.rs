@@ -3,8 +3,8 @@
 //!
 //! The server enforces these limits (SQLSTATE `22023`, [`crate::sqlstate::INVALID_INPUT`]); the
 //! client and the `pglease` command line use these constants to say the same thing before anything
-//! is sent. A unit test reads the extension's SQL and checks that every length and duration bound in
-//! it is one of these values, so the SQL and this table cannot drift apart.
+//! is sent. A unit test reads the extension's SQL and checks that every length and duration bound
+//! in it is one of these values, so the SQL and this table cannot drift apart.
 //!
 //! | argument | accepted |
 //! | --- | --- |

@@ -1,12 +1,12 @@
-//! Why a lease ends: [`LostReason`], what [`Lease::lost`](crate::LeaseGuard::lost) completes with and what
-//! [`crate::Error::lost_reason`] reports.
+//! Why a lease ends: [`LostReason`], what [`Lease::lost`](crate::LeaseGuard::lost) completes with
+//! and what [`crate::Error::lost_reason`] reports.
 
 use std::fmt;
 
 /// Why a lease ended; what [`Lease::lost`](crate::LeaseGuard::lost) completes with.
 ///
-/// Every reason means the same thing to the holder: stop acting on the lease now. The first four are
-/// losses; the last two are the holder's own doing.
+/// Every reason means the same thing to the holder: stop acting on the lease now. The first four
+/// are losses; the last two are the holder's own doing.
 ///
 /// # Examples
 ///
@@ -33,8 +33,8 @@ pub enum LostReason {
     Lapsed,
     /// A renewal answered `epoch_mismatch`: the same owner holds the key at another epoch.
     EpochMismatch,
-    /// This process released the lease ([`crate::Lease::release`], dropping the [`crate::Lease`], or
-    /// [`crate::Client::with_lease`] finishing).
+    /// This process released the lease ([`crate::Lease::release`], dropping the [`crate::Lease`],
+    /// or [`crate::Client::with_lease`] finishing).
     Released,
     /// The client was shut down ([`crate::Client::shutdown`]), which releases its leases.
     Shutdown,

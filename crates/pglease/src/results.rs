@@ -134,7 +134,8 @@ impl fmt::Display for Status {
     }
 }
 
-/// The outcome of [`renew`](crate::renew): the status and, when it is [`Status::Ok`], the new expiry.
+/// The outcome of [`renew`](crate::renew): the status and, when it is [`Status::Ok`], the new
+/// expiry.
 ///
 /// # Examples
 ///

@@ -149,13 +149,13 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// - [`crate::Error::is_invalid_input`]: a bad name, `max_holders` or ttl (server, `22023`), data
-    ///   too large or a ttl too short for the safety margin (client, nothing sent).
+    /// - [`crate::Error::is_invalid_input`]: a bad name, `max_holders` or ttl (server, `22023`),
+    ///   data too large or a ttl too short for the safety margin (client, nothing sent).
     /// - [`crate::Error::is_connection`]: no answer. A slot may have been granted; the client then
     ///   releases it in the background.
-    /// - [`crate::Error::is_slot_paused`], [`crate::Error::is_wrong_shard`] (client-side, nothing sent): the
-    ///   client is a shard of a [`crate::ShardedClient`] whose map in force pauses the semaphore's
-    ///   slot or gives it to another shard.
+    /// - [`crate::Error::is_slot_paused`], [`crate::Error::is_wrong_shard`] (client-side, nothing
+    ///   sent): the client is a shard of a [`crate::ShardedClient`] whose map in force pauses the
+    ///   semaphore's slot or gives it to another shard.
     /// - [`crate::Error::is_closed`] after [`Client::shutdown`]; any other server error.
     ///
     /// # Cancel safety

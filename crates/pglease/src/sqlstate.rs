@@ -3,8 +3,8 @@
 //!
 //! A unit test reads every `ERRCODE = '.....'` in each extension's current install script and
 //! upgrade scripts and checks that the set of codes equals its table, so the SQL and the tables
-//! cannot drift apart. PostgreSQL's own errors (a
-//! missing privilege, a serialization failure, ...) keep their codes too; see [`crate::Error::code`].
+//! cannot drift apart. PostgreSQL's own errors (a missing privilege, a serialization failure, ...)
+//! keep their codes too; see [`crate::Error::code`].
 //!
 //! # Examples
 //!
@@ -80,11 +80,11 @@ pub const FENCE_LAPSED: &str = "LE002";
 /// ```
 pub const FENCE_EPOCH_MISMATCH: &str = "LE003";
 
-/// `LE004`: `lease.acquire` / `lease.acquire_slot` — no new grant: the server was promoted and is in
-/// the failover quarantine the installing role turned on (`lease.configure`), during which grants
-/// the old primary made and the standby never received may still be acted on by their holders.
-/// Nothing was granted; retry after the quarantine (`lease.configuration()` says until when).
-/// See [`crate::Error::is_quarantined`].
+/// `LE004`: `lease.acquire` / `lease.acquire_slot` — no new grant: the server was promoted and is
+/// in the failover quarantine the installing role turned on (`lease.configure`), during which
+/// grants the old primary made and the standby never received may still be acted on by their
+/// holders. Nothing was granted; retry after the quarantine (`lease.configuration()` says until
+/// when). See [`crate::Error::is_quarantined`].
 ///
 /// # Examples
 ///
@@ -124,8 +124,8 @@ pub const BATCH_NOT_OPEN: &str = "LQ002";
 pub const MESSAGE_NOT_IN_BATCH: &str = "LQ003";
 
 /// `LQ004`: pg_lease_queue `receive` — the caller holds the partition's lease at this epoch, but
-/// took it with `lease.acquire` instead of `lease_queue.claim`, so the queue knows no ttl to renew it
-/// with. Nothing changed.
+/// took it with `lease.acquire` instead of `lease_queue.claim`, so the queue knows no ttl to renew
+/// it with. Nothing changed.
 ///
 /// # Examples
 ///

@@ -69,8 +69,8 @@ impl Timing {
         self.interval.max(Duration::from_millis(50))
     }
 
-    /// The delay before retry number `failures` (1-based): exponential from `backoff_base`, capped at
-    /// the renewal interval, with jitter (between half and all of it).
+    /// The delay before retry number `failures` (1-based): exponential from `backoff_base`, capped
+    /// at the renewal interval, with jitter (between half and all of it).
     pub(crate) fn backoff(&self, failures: u32) -> Duration {
         backoff(self.backoff_base, self.interval, failures)
     }

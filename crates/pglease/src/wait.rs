@@ -8,9 +8,9 @@
 //! reports the holder's lapse time as the server measures it), and sleeps until the release
 //! notification, the lapse, or its [`Deadline`]. A wait for a semaphore's slot
 //! ([`Target::Semaphore`]) does the same with the releases of any of its slots and
-//! `lease.register_slot_waiter` (the first lapse among the holders). Without a listening connection (pooler mode, or while it is down) it sleeps until
-//! the lapse, at most `poll_cap` at a time. Transient errors are retried with backoff until the
-//! deadline.
+//! `lease.register_slot_waiter` (the first lapse among the holders). Without a listening connection
+//! (pooler mode, or while it is down) it sleeps until the lapse, at most `poll_cap` at a time.
+//! Transient errors are retried with backoff until the deadline.
 //!
 //! Each wait for a turn runs in a `wait` span and logs on target `pglease::wait`: the holder it
 //! waits for and what woke it (`debug`), and each retry after a transient error, with the error

@@ -62,8 +62,8 @@ impl PersistentCluster {
         Ok(())
     }
 
-    /// The password of role `postgres`, generated and written to [`password_path`](Self::password_path)
-    /// (mode 0600) if there is none yet.
+    /// The password of role `postgres`, generated and written to
+    /// [`password_path`](Self::password_path) (mode 0600) if there is none yet.
     pub(super) fn ensure_password(&self) -> Result<String> {
         if let Some(password) = self.password() {
             return Ok(password);

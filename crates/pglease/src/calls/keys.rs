@@ -23,17 +23,18 @@ pub(crate) const RENEW_MANY: &str = "SELECT r.key, r.status, r.expires_at, \
      floor(extract(epoch FROM r.expires_at - clock_timestamp()) * 1000000)::bigint \
      FROM lease.renew_many($1, $2, $3, $4::bigint * interval '1 microsecond') AS r";
 
-/// Grants `key` to `owner` for `ttl` if it is free, lapsed or unknown; `None` if another owner holds
-/// it (with `wait` zero).
+/// Grants `key` to `owner` for `ttl` if it is free, lapsed or unknown; `None` if another owner
+/// holds it (with `wait` zero).
 ///
 /// A grant carries a new epoch, greater than every earlier epoch of the key. If `owner` already
-/// holds the key, returns its current grant unchanged (same epoch, same expiry): a lost answer can be
-/// retried safely. With `wait` above zero the server polls (every 50 ms, holding no row lock and
+/// holds the key, returns its current grant unchanged (same epoch, same expiry): a lost answer can
+/// be retried safely. With `wait` above zero the server polls (every 50 ms, holding no row lock and
 /// keeping the transaction open) until the key becomes grantable or `wait` has passed. Run waiting
 /// acquires under READ COMMITTED (the default): under REPEATABLE READ the server reads one snapshot
 /// and cannot see the key being freed.
 ///
-/// `ttl` and `wait` are sent as whole microseconds, rounded down (see [`MAX_DURATION`](super::MAX_DURATION)).
+/// `ttl` and `wait` are sent as whole microseconds, rounded down (see
+/// [`MAX_DURATION`](super::MAX_DURATION)).
 ///
 /// # Errors
 ///
@@ -215,8 +216,8 @@ pub async fn release<C: GenericClient>(
 /// The state of `key` as of now by the server clock; `None` if the key was never leased (or was
 /// purged).
 ///
-/// Advisory: it takes no lock, so the state may change right after. A key that is known but not held
-/// (free or lapsed) reports its fencing counter in [`LeaseState::epoch`].
+/// Advisory: it takes no lock, so the state may change right after. A key that is known but not
+/// held (free or lapsed) reports its fencing counter in [`LeaseState::epoch`].
 ///
 /// # Errors
 ///
@@ -279,8 +280,9 @@ pub async fn list<C: GenericClient>(client: &C, prefix: Option<&str>) -> Result<
 /// and locks the key's row (`FOR SHARE`) until the transaction ends, so no takeover, release or
 /// renew of the key can commit before the guarded writes do; returns the lease's expiry.
 ///
-/// Call it inside a transaction, before the writes it guards. [`Lease::fence`](crate::LeaseGuard::fence) and
-/// [`crate::Fence::check`] call it with a lease's own key, owner and epoch.
+/// Call it inside a transaction, before the writes it guards.
+/// [`Lease::fence`](crate::LeaseGuard::fence) and [`crate::Fence::check`] call it with a lease's
+/// own key, owner and epoch.
 ///
 /// # Errors
 ///

@@ -8,11 +8,11 @@
 //! Every function takes any [`GenericClient`](tokio_postgres::GenericClient), so it runs on a
 //! [`tokio_postgres::Client`] (autocommit: the call commits on return) or inside a
 //! [`tokio_postgres::Transaction`] (its effect commits or rolls back with the transaction). The
-//! server's clock is the only clock: a [`SystemTime`](std::time::SystemTime) returned here is the server's `clock_timestamp()` plus the ttl, to be compared with
-//! server time, not the local clock.
+//! server's clock is the only clock: a [`SystemTime`](std::time::SystemTime) returned here is the
+//! server's `clock_timestamp()` plus the ttl, to be compared with server time, not the local clock.
 //!
-//! Durations are sent as whole microseconds, rounded down (so a ttl under one microsecond is sent as
-//! zero and rejected). A duration too large for PostgreSQL's `interval` is sent as
+//! Durations are sent as whole microseconds, rounded down (so a ttl under one microsecond is sent
+//! as zero and rejected). A duration too large for PostgreSQL's `interval` is sent as
 //! [`MAX_DURATION`], which the server rejects as invalid input (SQLSTATE `22023`) like any other
 //! value above its 365-day limit.
 //!
@@ -39,8 +39,8 @@ pub(crate) use crate::rows::{get, one_row};
 /// The largest duration sent to the server (100 × [`limits::MAX_INTERVAL`], 36 500 days); longer
 /// durations are sent as this.
 ///
-/// It is a valid `interval` above every limit of the SQL API, so the server answers SQLSTATE `22023`
-/// with a DETAIL saying which argument is too long.
+/// It is a valid `interval` above every limit of the SQL API, so the server answers SQLSTATE
+/// `22023` with a DETAIL saying which argument is too long.
 ///
 /// # Examples
 ///
@@ -52,7 +52,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(100 * limits::MAX_INTERVA
 /// `d` in whole microseconds, rounded down, at most [`MAX_DURATION`].
 pub(crate) fn micros(d: Duration) -> i64 {
     let d = d.min(MAX_DURATION);
-    // MAX_DURATION is about 3.2e15 µs, far inside i64 (and exact in the server's float8 arithmetic).
+    // MAX_DURATION is about 3.2e15 µs, far inside i64 (and exact in the server's float8
+    // arithmetic).
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 

@@ -37,17 +37,18 @@ pub fn slot_key(semaphore: &str, slot: u32) -> String {
 /// (its data replaced when `data` is given); `None` when `max_holders` slots are held by others.
 ///
 /// The slot is an ordinary lease key ([`SlotGrant::key`]): renew, release and fence it with
-/// [`renew`](super::renew), [`release`](super::release) and [`fence()`](super::fence()). The limit is an argument of each call, not stored:
-/// raising it takes effect at once; lowering it refuses new grants until fewer holders than the
-/// new limit remain (docs/SEMANTICS.md §7). Never waits (`wait = 0`); [`crate::Semaphore`] waits
-/// without polling.
+/// [`renew`](super::renew), [`release`](super::release) and [`fence()`](super::fence()). The limit
+/// is an argument of each call, not stored: raising it takes effect at once; lowering it refuses
+/// new grants until fewer holders than the new limit remain (docs/SEMANTICS.md §7). Never waits
+/// (`wait = 0`); [`crate::Semaphore`] waits without polling.
 ///
 /// # Errors
 ///
-/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): an empty or over-long (1018 bytes) name, a bad owner
-///   or ttl, `max_holders` not in 1..=10000, data over 8192 bytes. Nothing changed.
-/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) (outcome unknown) or
-///   [`Error::is_protocol`](crate::Error::is_protocol).
+/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): an empty or over-long
+///   (1018 bytes) name, a bad owner or ttl, `max_holders` not in 1..=10000, data over 8192 bytes.
+///   Nothing changed.
+/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) (outcome
+///   unknown) or [`Error::is_protocol`](crate::Error::is_protocol).
 ///
 /// # Examples
 ///
@@ -111,8 +112,10 @@ pub async fn acquire_slot<C: GenericClient>(
 ///
 /// # Errors
 ///
-/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): an empty or over-long name.
-/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or [`Error::is_protocol`](crate::Error::is_protocol).
+/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): an empty or over-long
+///   name.
+/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or
+///   [`Error::is_protocol`](crate::Error::is_protocol).
 ///
 /// # Examples
 ///
@@ -143,8 +146,10 @@ pub async fn list_slots<C: GenericClient>(client: &C, semaphore: &str) -> Result
 ///
 /// # Errors
 ///
-/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): an empty or over-long name.
-/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or [`Error::is_protocol`](crate::Error::is_protocol).
+/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): an empty or over-long
+///   name.
+/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or
+///   [`Error::is_protocol`](crate::Error::is_protocol).
 ///
 /// # Examples
 ///

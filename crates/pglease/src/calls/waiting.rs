@@ -24,8 +24,10 @@ const WATCH: &str = "SELECT held, owner, epoch, expires_at, data, \
 ///
 /// # Errors
 ///
-/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): empty key, or a key over 1024 bytes.
-/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or [`Error::is_protocol`](crate::Error::is_protocol).
+/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): empty key, or a key
+///   over 1024 bytes.
+/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or
+///   [`Error::is_protocol`](crate::Error::is_protocol).
 ///
 /// # Cancel safety
 ///
@@ -64,8 +66,10 @@ pub async fn register_waiter<C: GenericClient>(client: &C, key: &str) -> Result<
 ///
 /// # Errors
 ///
-/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): empty key, or a key over 1024 bytes.
-/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or [`Error::is_protocol`](crate::Error::is_protocol).
+/// - [`Error::is_invalid_input`](crate::Error::is_invalid_input) (`22023`): empty key, or a key
+///   over 1024 bytes.
+/// - any other server error, [`Error::is_connection`](crate::Error::is_connection) or
+///   [`Error::is_protocol`](crate::Error::is_protocol).
 ///
 /// # Examples
 ///

@@ -10,7 +10,8 @@ impl Error {
     /// The SQLSTATE of a server error; `None` for every other kind.
     ///
     /// Any code is preserved as the server sent it, pg_lease's own (see [`crate::sqlstate`]) and
-    /// PostgreSQL's alike (`42501` for a missing privilege, `40001` for a serialization failure, ...).
+    /// PostgreSQL's alike (`42501` for a missing privilege, `40001` for a serialization failure,
+    /// ...).
     ///
     /// # Examples
     ///
@@ -32,7 +33,8 @@ impl Error {
 
     /// Whether an argument was rejected: by the server, SQLSTATE `22023`
     /// ([`sqlstate::INVALID_INPUT`]), or by this library before sending anything (then
-    /// [`Error::code`] is `None`; e.g. a ttl too short for [`crate::ClientBuilder::safety_margin`]).
+    /// [`Error::code`] is `None`; e.g. a ttl too short for
+    /// [`crate::ClientBuilder::safety_margin`]).
     ///
     /// For a server error, [`Error::detail`] lists every violated constraint, separated by `"; "`.
     ///
@@ -50,9 +52,9 @@ impl Error {
             || matches!(self.0.kind, Kind::InvalidArgument(_))
     }
 
-    /// Whether a waiting acquire reached its deadline: SQLSTATE `57014` ([`sqlstate::WAIT_TIMEOUT`])
-    /// from a server-side wait, or the client-side `timeout` of [`crate::Client::acquire`] (then
-    /// [`Error::code`] is `None`).
+    /// Whether a waiting acquire reached its deadline: SQLSTATE `57014`
+    /// ([`sqlstate::WAIT_TIMEOUT`]) from a server-side wait, or the client-side `timeout` of
+    /// [`crate::Client::acquire`] (then [`Error::code`] is `None`).
     ///
     /// PostgreSQL uses the same code for `statement_timeout` and for a cancel request; all of these
     /// mean that the wait was cut short and granted nothing.
@@ -220,7 +222,8 @@ impl Error {
         }
     }
 
-    /// Whether the [`crate::Client`] was shut down ([`crate::Client::shutdown`]) or its pool closed.
+    /// Whether the [`crate::Client`] was shut down ([`crate::Client::shutdown`]) or its pool
+    /// closed.
     ///
     /// # Examples
     ///

@@ -35,9 +35,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Every error is one of these kinds, each with its own predicate:
 ///
 /// - a **server error**: PostgreSQL answered with an error; [`Error::code`] is its SQLSTATE (always
-///   `Some`), and [`Error::is_invalid_input`] / [`Error::is_wait_timeout`] name pg_lease's own codes
-///   (see [`crate::sqlstate`]). The call changed nothing, but the surrounding transaction (if any) is
-///   aborted, as for any server error.
+///   `Some`), and [`Error::is_invalid_input`] / [`Error::is_wait_timeout`] name pg_lease's own
+///   codes (see [`crate::sqlstate`]). The call changed nothing, but the surrounding transaction (if
+///   any) is aborted, as for any server error.
 /// - a **connection** error ([`Error::is_connection`]): the call did not get an answer (connection
 ///   closed, I/O or TLS failure, a malformed message). Whether the call took effect is **unknown**.
 /// - a **protocol** error ([`Error::is_protocol`]): the server answered with a row that pg_lease's
@@ -73,8 +73,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// ```
 ///
 /// No tokio-postgres type appears in this type's API; [`std::error::Error::source`] returns the
-/// underlying client error for connection errors only. A server error is described completely by its
-/// accessors and `Display`, so its `source()` is `None` (error chains do not repeat the message).
+/// underlying client error for connection errors only. A server error is described completely by
+/// its accessors and `Display`, so its `source()` is `None` (error chains do not repeat the
+/// message).
 pub struct Error(Box<Inner>);
 
 struct Inner {

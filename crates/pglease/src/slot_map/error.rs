@@ -4,9 +4,9 @@ use std::fmt;
 
 use super::{MAX_SHARD_NAME_BYTES, MAX_SLOTS};
 
-/// Why a [`SlotMap`](super::SlotMap) could not be made or changed, or why a [`crate::ShardedClient`] or a
-/// [`crate::SlotMove`] refused one. Converts into [`crate::Error`] (as
-/// [`Error::is_invalid_input`](crate::Error::is_invalid_input)) for `?`.
+/// Why a [`SlotMap`](super::SlotMap) could not be made or changed, or why a
+/// [`crate::ShardedClient`] or a [`crate::SlotMove`] refused one. Converts into [`crate::Error`]
+/// (as [`Error::is_invalid_input`](crate::Error::is_invalid_input)) for `?`.
 ///
 /// # Examples
 ///
