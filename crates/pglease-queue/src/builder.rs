@@ -164,10 +164,12 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Waits for new messages on a connection of its own that `LISTEN`s on channel
-    /// `lease_queue` (one per consumer, opened with `config`, without TLS): an idle partition
-    /// sleeps until a notification for it, until its next message is due (`next_due`), or a
-    /// third of the ttl, whichever comes first.
+    /// Waits for new messages with `LISTEN` on channel `lease_queue`: on the client's listening
+    /// connection ([`pglease::Client::subscribe`]) when the client has one, so the process holds
+    /// one listening connection, not two; else (a client in pooler mode, or built from a pool
+    /// without one) on a connection of its own opened with `config`, without TLS
+    /// ([`pglease::Listener`]). An idle partition sleeps until a notification for it, until its
+    /// next message is due (`next_due`), or a third of the ttl, whichever comes first.
     ///
     /// Without it (behind a transaction-mode pooler, where `LISTEN` does not work, or for a queue
     /// created with `notify => false`) the consumer polls every

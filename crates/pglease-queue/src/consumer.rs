@@ -49,7 +49,7 @@ pub enum OnShutdown {
 /// - **Failures.** A handler error `nack`s the message with [`Backoff`]; the queue then holds back
 ///   only that message's key (the key's later messages in the batch go back undelivered and are
 ///   not handed to the handler), and makes it a dead letter after the queue's `max_attempts`.
-/// - **Waiting.** See [`ConsumerBuilder::listen`].
+/// - **Waiting.** See [`ConsumerBuilder::listen`](crate::ConsumerBuilder::listen).
 /// - **Stopping.** [`Consumer::stop`] (or cancelling [`Consumer::stop_token`]): no new batches;
 ///   the open ones are finished or abandoned ([`OnShutdown`]); every partition is released, so
 ///   other consumers can claim it at once.
@@ -226,11 +226,11 @@ impl Consumer {
     ///
     /// # Errors
     ///
-    /// - [`Error::is_queue_not_found`] (`LQ001`): the queue does not exist (or was dropped).
-    /// - [`Error::is_invalid_input`]: a partition of the fixed list is out of range for the
+    /// - [`Error::is_queue_not_found`](crate::Error::is_queue_not_found) (`LQ001`): the queue does not exist (or was dropped).
+    /// - [`Error::is_invalid_input`](crate::Error::is_invalid_input): a partition of the fixed list is out of range for the
     ///   queue, or the consumer is already running, or another consumer of this client consumes
     ///   the queue.
-    /// - [`Error::is_closed`]: the client was shut down.
+    /// - [`Error::is_closed`](crate::Error::is_closed): the client was shut down.
     ///
     /// Connection errors and losses are not errors of the run: they are logged and retried.
     ///
