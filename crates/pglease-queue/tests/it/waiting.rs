@@ -191,3 +191,58 @@ async fn a_client_and_its_consumer_share_one_listening_connection() {
     consumer.stop();
     run.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_gets_its_payload_and_is_woken_when_the_connection_is_lost() {
+    let su = superuser().await;
+    let app = unique("wait-subscribe");
+    let client = client(&app).await;
+    let mine = client
+        .subscribe("it_jobs", "reports")
+        .unwrap()
+        .expect("a client built with connect listens");
+    let other = client.subscribe("it_jobs", "invoices").unwrap().unwrap();
+    assert!(mine.listening(Duration::from_secs(20)).await);
+    su.batch_execute("NOTIFY it_jobs, 'reports'").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), mine.notified())
+        .await
+        .expect("the payload's notification");
+    let woken = tokio::time::timeout(Duration::from_millis(200), other.notified()).await;
+    assert!(woken.is_err(), "another payload does not wake it");
+
+    // The listening backend goes away: every subscription is woken, and it listens again.
+    let killed: i64 = su
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+              WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    tokio::time::timeout(Duration::from_secs(20), other.notified())
+        .await
+        .expect("woken by the loss");
+    tokio::time::timeout(Duration::from_secs(1), mine.notified())
+        .await
+        .expect("every subscription is woken by the loss");
+    eventually("listening again", Duration::from_secs(30), || async {
+        mine.is_listening().then_some(())
+    })
+    .await;
+    su.batch_execute("NOTIFY it_jobs, 'reports'").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), mine.notified())
+        .await
+        .expect("the payload's notification after the reconnect");
+
+    // A listener of its own delivers the same way.
+    let listener = pglease::Listener::new(conninfo(&unique("wait-own")).parse().unwrap());
+    let own = listener.subscribe("it_jobs", "reports").unwrap();
+    assert!(own.listening(Duration::from_secs(20)).await);
+    su.batch_execute("NOTIFY it_jobs, 'reports'").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), own.notified())
+        .await
+        .expect("the payload's notification on a listener of its own");
+    assert!(client.subscribe("", "x").unwrap_err().is_invalid_input());
+}
