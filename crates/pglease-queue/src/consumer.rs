@@ -226,11 +226,15 @@ impl Consumer {
     ///
     /// # Errors
     ///
-    /// - [`Error::is_queue_not_found`](crate::Error::is_queue_not_found) (`LQ001`): the queue does not exist (or was dropped).
-    /// - [`Error::is_invalid_input`](crate::Error::is_invalid_input): a partition of the fixed list is out of range for the
+    /// - [`Error::is_queue_not_found`] (`LQ001`): the queue does not exist (or was dropped).
+    /// - [`Error::is_invalid_input`]: a partition of the fixed list is out of range for the
     ///   queue, or the consumer is already running, or another consumer of this client consumes
     ///   the queue.
-    /// - [`Error::is_closed`](crate::Error::is_closed): the client was shut down.
+    /// - [`Error::is_closed`]: the client was shut down.
+    ///
+    /// [`Error::is_queue_not_found`]: crate::Error::is_queue_not_found
+    /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
+    /// [`Error::is_closed`]: crate::Error::is_closed
     ///
     /// Connection errors and losses are not errors of the run: they are logged and retried.
     ///
