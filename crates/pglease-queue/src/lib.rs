@@ -63,17 +63,25 @@
 
 mod backoff;
 mod balance;
+mod builder;
+mod calls;
 mod consumer;
 mod error;
-mod listener;
 mod message;
+mod pause;
+mod process;
 mod producer;
+mod rebalance;
+mod run;
+mod settle;
 mod sql;
 mod trace;
+mod waiting;
 mod worker;
 
 pub use backoff::Backoff;
-pub use consumer::{Consumer, ConsumerBuilder, OnShutdown, TxFuture};
+pub use builder::ConsumerBuilder;
+pub use consumer::{Consumer, OnShutdown, TxFuture};
 pub use error::{Error, Result};
 pub use message::{Delivery, MAX_KEY_BYTES, Message};
 pub use producer::{MAX_QUEUE_NAME_BYTES, Producer};

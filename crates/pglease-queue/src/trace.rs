@@ -7,7 +7,5 @@
 
 /// The consumer: claims, losses, releases, batches, redeliveries, nacks, dead letters.
 pub(crate) const CONSUMER: &str = "pglease_queue::consumer";
-/// The consumer's listening connection (`LISTEN lease_queue`).
-pub(crate) const LISTENER: &str = "pglease_queue::listener";
 /// Sends ([`crate::Producer`]).
 pub(crate) const PRODUCER: &str = "pglease_queue::producer";

@@ -1,31 +1,22 @@
 //! One claimed partition's worker: loops `receive` → handle → `ack` while the partition's lease is
 //! held, waits without polling when there is nothing to receive, and ends by releasing the
 //! partition (a rebalance or a stop), abandoning its batch (a stop with [`OnShutdown::Abandon`]),
-//! or at once when the lease is lost.
-//!
-//! The two ways of handling a batch ([`Process`]): [`AtLeastOnce`] calls the handler per message
-//! and settles on pooled connections; [`Transactional`] handles the whole batch in one
-//! transaction that also acks it.
+//! or at once when the lease is lost. How a batch is handled is `process.rs`; how it is settled,
+//! `settle.rs`.
 
-use std::collections::HashSet;
-use std::fmt::Display;
-use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use pglease::{LeaseGuard, LostReason};
-use tokio::sync::Notify;
-use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Transaction};
+use pglease::{LeaseGuard, LostReason, Subscription};
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{OnShutdown, Run, TxFuture};
+use crate::calls::{self, Holder};
+use crate::consumer::{Inner, OnShutdown};
 use crate::error::{Error, Result};
 use crate::message::Delivery;
-use crate::sql::{self, get, micros, one};
+use crate::pause;
+use crate::process::Process;
 use crate::trace;
-
-/// The longest nack reason the queue accepts, in bytes.
-const MAX_REASON_BYTES: usize = 8192;
 
 /// The shortest sleep of an idle partition whose next message is already due (a key row locked
 /// by a committing producer makes `receive` skip it for that instant).
@@ -49,111 +40,17 @@ pub(crate) enum Exit {
     Failed(Error),
 }
 
-/// One way of handling a batch.
-pub(crate) trait Process: Sync {
-    /// Handles `deliveries` (one batch, in delivery order) and settles the batch.
-    fn batch<'a>(
-        &'a self,
-        part: &'a Part<'a>,
-        deliveries: Vec<Delivery>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a;
-}
-
-/// [`crate::Consumer::run`]'s handler: one call per message, settled on pooled connections.
-pub(crate) struct AtLeastOnce<F>(pub(crate) F);
-
-impl<F, Fut, E> Process for AtLeastOnce<F>
-where
-    F: Fn(Delivery) -> Fut + Sync,
-    Fut: Future<Output = std::result::Result<(), E>> + Send,
-    E: Display,
-{
-    // Not an `async fn`: that would capture `Fut` and `E`, which need not outlive `'a`.
-    #[allow(clippy::manual_async_fn)]
-    fn batch<'a>(
-        &'a self,
-        part: &'a Part<'a>,
-        deliveries: Vec<Delivery>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
-        async move {
-            let batch_id = deliveries.first().map_or(0, |d| d.batch_id);
-            let mut held_back = HashSet::new();
-            for d in deliveries {
-                if d.key.as_ref().is_some_and(|k| held_back.contains(k)) {
-                    // The nack of an earlier message of its key sent it back undelivered.
-                    continue;
-                }
-                part.trace_delivery(&d);
-                let outcome = (self.0)(d.clone()).await.map_err(|e| e.to_string());
-                if let Err(reason) = outcome {
-                    part.nack_retrying(&d, &reason).await?;
-                    if let Some(key) = d.key {
-                        held_back.insert(key);
-                    }
-                }
-            }
-            part.ack_retrying(batch_id).await
-        }
-    }
-}
-
-/// [`crate::Consumer::run_transactional`]'s handler: the batch in one transaction with its ack,
-/// each message in a savepoint.
-pub(crate) struct Transactional<F>(pub(crate) F);
-
-impl<F, E> Process for Transactional<F>
-where
-    F: for<'t> Fn(&'t Transaction<'t>, &'t Delivery) -> TxFuture<'t, E> + Sync,
-    E: Display,
-{
-    // Not an `async fn`: that would capture `Fut` and `E`, which need not outlive `'a`.
-    #[allow(clippy::manual_async_fn)]
-    fn batch<'a>(
-        &'a self,
-        part: &'a Part<'a>,
-        deliveries: Vec<Delivery>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
-        async move {
-            let batch_id = deliveries.first().map_or(0, |d| d.batch_id);
-            let mut conn = part.run.inner.client.pool().get().await?;
-            let db: &mut tokio_postgres::Client = &mut conn;
-            let mut tx = db.transaction().await?;
-            let mut held_back = HashSet::new();
-            for d in &deliveries {
-                if d.key.as_ref().is_some_and(|k| held_back.contains(k)) {
-                    continue;
-                }
-                part.trace_delivery(d);
-                let savepoint = tx.savepoint("pglease_queue_message").await?;
-                let outcome = (self.0)(&savepoint, d).await.map_err(|e| e.to_string());
-                match outcome {
-                    Ok(()) => savepoint.commit().await?,
-                    Err(reason) => {
-                        savepoint.rollback().await?;
-                        part.nack(&tx, d, &reason).await?;
-                        if let Some(key) = &d.key {
-                            held_back.insert(key.clone());
-                        }
-                    }
-                }
-            }
-            // Fenced: a lost partition makes this fail, and the whole transaction rolls back.
-            part.ack(&tx, batch_id).await?;
-            tx.commit().await?;
-            Ok(())
-        }
-    }
-}
-
 /// One claimed partition, as its worker and the batch handling see it.
-pub(crate) struct Part<'a> {
-    pub(crate) run: &'a Run<'a>,
-    partition: u32,
-    epoch: i64,
+pub(crate) struct PartitionWorker<'a> {
+    pub(crate) inner: &'a Inner,
+    pub(crate) partition: u32,
+    pub(crate) epoch: i64,
     guard: LeaseGuard,
+    /// The partition's notifications, if the consumer listens.
+    wake: Option<Subscription>,
 }
 
-impl Run<'_> {
+impl Inner {
     /// Works on a claimed partition until it is released, abandoned or lost; returns the
     /// partition and how it ended. Cancelling `release` gives the partition up after its batch.
     pub(crate) async fn work<P: Process>(
@@ -174,16 +71,16 @@ impl Run<'_> {
         release: &CancellationToken,
     ) -> Exit {
         let Claimed { partition, lease } = claimed;
-        let part = Part {
-            run: self,
+        let part = PartitionWorker {
+            inner: self,
             partition,
             epoch: lease.epoch(),
             guard: lease.guard(),
+            // Subscribe before the first receive, so that no notification is missed.
+            wake: self.subscribe(partition),
         };
-        // Subscribe before the first receive, so that no notification is missed.
-        let wake = self.hub.as_ref().map(|hub| hub.subscribe(partition));
-        let stop = &self.inner.stop;
-        let abandon = self.inner.on_shutdown == OnShutdown::Abandon;
+        let stop = &self.stop;
+        let abandon = self.on_shutdown == OnShutdown::Abandon;
         let mut failures = 0u32;
         loop {
             if stop.is_cancelled() || release.is_cancelled() {
@@ -194,6 +91,9 @@ impl Run<'_> {
                 };
                 return part.give_up(lease, why).await;
             }
+            // A message committed before the connection listened sent a notification nobody got:
+            // the idle sleep after this receive is bounded as when polling.
+            let listening = part.wake.as_ref().is_some_and(Subscription::is_listening);
             let received = tokio::select! {
                 biased;
                 reason = part.guard.lost() => return part.lost(reason),
@@ -213,7 +113,7 @@ impl Run<'_> {
             };
             if deliveries.is_empty() {
                 failures = 0;
-                if let Some(reason) = part.idle(wake.as_deref(), release).await {
+                if let Some(reason) = part.idle(listening, release).await {
                     return part.lost(reason);
                 }
                 continue;
@@ -230,9 +130,9 @@ impl Run<'_> {
                     failures = 0;
                     tracing::debug!(
                         target: trace::CONSUMER,
-                        queue = &*self.inner.queue,
+                        queue = &*self.queue,
                         partition,
-                        owner = self.inner.owner.as_str(),
+                        owner = self.owner.as_str(),
                         epoch = part.epoch,
                         batch_id,
                         size,
@@ -253,82 +153,43 @@ impl Run<'_> {
     }
 }
 
-impl Part<'_> {
-    fn queue(&self) -> &str {
-        &self.run.inner.queue
+impl PartitionWorker<'_> {
+    pub(crate) fn queue(&self) -> &str {
+        &self.inner.queue
     }
 
-    fn owner(&self) -> &str {
-        &self.run.inner.owner
+    pub(crate) fn owner(&self) -> &str {
+        &self.inner.owner
     }
 
-    fn partition_i32(&self) -> i32 {
-        i32::try_from(self.partition).unwrap_or(i32::MAX)
+    /// The partition, owner and epoch its fenced calls present.
+    pub(crate) fn holder(&self) -> Holder<'_> {
+        Holder {
+            queue: &self.inner.queue,
+            partition: self.partition,
+            owner: &self.inner.owner,
+            epoch: self.epoch,
+        }
     }
 
     /// `receive`: the open batch (or a new one) of up to `batch_size` messages.
     async fn receive(&self) -> Result<Vec<Delivery>> {
-        const CALL: &str = "lease_queue.receive";
-        let inner = self.run.inner;
-        let conn = inner.client.pool().get().await?;
-        let queue = self.queue();
-        let partition = self.partition_i32();
-        let rows = sql::query(
-            &**conn,
-            sql::RECEIVE,
-            &[
-                (&queue, Type::TEXT),
-                (&partition, Type::INT4),
-                (&inner.owner, Type::TEXT),
-                (&self.epoch, Type::INT8),
-                (&inner.batch_size, Type::INT4),
-            ],
-        )
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let payload: String = get(row, 3, CALL)?;
-                let attempts: i32 = get(row, 4, CALL)?;
-                Ok(Delivery {
-                    queue: inner.queue.clone(),
-                    partition: self.partition,
-                    epoch: self.epoch,
-                    batch_id: get(row, 0, CALL)?,
-                    id: get(row, 1, CALL)?,
-                    key: get(row, 2, CALL)?,
-                    payload: serde_json::from_str(&payload)
-                        .map_err(|e| Error::protocol(format!("{CALL}: payload: {e}")))?,
-                    attempts: u32::try_from(attempts).unwrap_or(0),
-                    enqueued_at: get(row, 5, CALL)?,
-                })
-            })
-            .collect()
+        let conn = self.inner.client.pool().get().await?;
+        calls::receive(&**conn, self.holder(), self.inner.batch_size).await
     }
 
     /// How long until the next message outside the open batch is due (`None`: nothing pending).
     async fn next_due(&self) -> Result<Option<Duration>> {
-        let conn = self.run.inner.client.pool().get().await?;
-        let queue = self.queue();
-        let partition = self.partition_i32();
-        let row = one(
-            sql::query(
-                &**conn,
-                sql::NEXT_DUE,
-                &[(&queue, Type::TEXT), (&partition, Type::INT4)],
-            )
-            .await?,
-            "lease_queue.next_due",
-        )?;
-        let ms: Option<i64> = get(&row, 0, "lease_queue.next_due")?;
-        Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+        let conn = self.inner.client.pool().get().await?;
+        calls::next_due(&**conn, self.queue(), self.partition).await
     }
 
     /// Sleeps after an empty receive: until a notification for the partition, the next message
-    /// is due, a third of the ttl passes (without a listening connection: at most the poll
-    /// interval), the consumer stops or gives the partition up, or the lease is lost (returned).
-    async fn idle(&self, wake: Option<&Notify>, release: &CancellationToken) -> Option<LostReason> {
-        let inner = self.run.inner;
-        let listening = self.run.hub.as_ref().is_some_and(|hub| hub.is_listening());
+    /// is due, a third of the ttl passes (without a listening connection, or if it was not
+    /// listening at the receive: at most the poll interval), the consumer stops or gives the
+    /// partition up, or the lease is lost (returned).
+    async fn idle(&self, listening: bool, release: &CancellationToken) -> Option<LostReason> {
+        let inner = self.inner;
         let renewal = inner.ttl / 3;
         let cap = if listening {
             renewal
@@ -352,8 +213,8 @@ impl Part<'_> {
             }
         };
         let notified = async {
-            match wake {
-                Some(notify) => notify.notified().await,
+            match &self.wake {
+                Some(subscription) => subscription.notified().await,
                 None => std::future::pending().await,
             }
         };
@@ -363,6 +224,7 @@ impl Part<'_> {
             () = inner.stop.cancelled() => None,
             () = release.cancelled() => None,
             () = notified => {
+                inner.delivered.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     target: trace::CONSUMER,
                     queue = self.queue(),
@@ -383,9 +245,7 @@ impl Part<'_> {
         failures: u32,
         release: &CancellationToken,
     ) -> Option<LostReason> {
-        let pause = Duration::from_millis(50)
-            .saturating_mul(1 << failures.min(7))
-            .min(Duration::from_secs(5));
+        let pause = pause::FAILED_CALL.after(failures);
         tracing::warn!(
             target: trace::CONSUMER,
             queue = self.queue(),
@@ -401,163 +261,10 @@ impl Part<'_> {
         tokio::select! {
             biased;
             reason = self.guard.lost() => Some(reason),
-            () = self.run.inner.stop.cancelled() => None,
+            () = self.inner.stop.cancelled() => None,
             () = release.cancelled() => None,
             () = tokio::time::sleep(pause) => None,
         }
-    }
-
-    /// Logs a delivery that is a redelivery.
-    fn trace_delivery(&self, d: &Delivery) {
-        if d.is_redelivery() {
-            tracing::info!(
-                target: trace::CONSUMER,
-                queue = self.queue(),
-                partition = self.partition,
-                owner = self.owner(),
-                epoch = self.epoch,
-                id = d.id,
-                key = d.key.as_deref(),
-                attempts = d.attempts,
-                "message redelivered"
-            );
-        }
-    }
-
-    /// `ack` of `batch_id` on `db`.
-    async fn ack<C: GenericClient>(&self, db: &C, batch_id: i64) -> Result<()> {
-        let queue = self.queue();
-        let partition = self.partition_i32();
-        sql::query(
-            db,
-            sql::ACK,
-            &[
-                (&queue, Type::TEXT),
-                (&partition, Type::INT4),
-                (&self.run.inner.owner, Type::TEXT),
-                (&self.epoch, Type::INT8),
-                (&batch_id, Type::INT8),
-            ],
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// `ack` on pooled connections, retried while it gets no answer (an ack is idempotent for
-    /// the epoch that closed the batch). Ends with the lease at the latest (the caller races it).
-    async fn ack_retrying(&self, batch_id: i64) -> Result<()> {
-        let mut failures = 0u32;
-        loop {
-            let result = async {
-                let conn = self.run.inner.client.pool().get().await?;
-                self.ack(&**conn, batch_id).await
-            }
-            .await;
-            match result {
-                Err(e) if e.is_connection() => {
-                    failures = failures.saturating_add(1);
-                    self.settle_pause(&e, failures).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// `nack` of `d` on `db`, with the backoff's delay for its attempts and `reason`.
-    async fn nack<C: GenericClient>(&self, db: &C, d: &Delivery, reason: &str) -> Result<()> {
-        const CALL: &str = "lease_queue.nack";
-        let inner = self.run.inner;
-        let retry_after = inner.backoff.delay(d.attempts);
-        let retry_micros = micros(retry_after);
-        let reason = truncate(reason, MAX_REASON_BYTES);
-        let queue = self.queue();
-        let partition = self.partition_i32();
-        let row = one(
-            sql::query(
-                db,
-                sql::NACK,
-                &[
-                    (&queue, Type::TEXT),
-                    (&partition, Type::INT4),
-                    (&inner.owner, Type::TEXT),
-                    (&self.epoch, Type::INT8),
-                    (&d.batch_id, Type::INT8),
-                    (&d.id, Type::INT8),
-                    (&retry_micros, Type::INT8),
-                    (&reason, Type::TEXT),
-                ],
-            )
-            .await?,
-            CALL,
-        )?;
-        let state: String = get(&row, 0, CALL)?;
-        match state.as_str() {
-            "retrying" => tracing::warn!(
-                target: trace::CONSUMER,
-                queue,
-                partition = self.partition,
-                owner = self.owner(),
-                epoch = self.epoch,
-                id = d.id,
-                key = d.key.as_deref(),
-                attempts = d.attempts,
-                error = reason,
-                retry_in = ?retry_after,
-                "handler failed; the message will be retried"
-            ),
-            "dead_lettered" => tracing::warn!(
-                target: trace::CONSUMER,
-                queue,
-                partition = self.partition,
-                owner = self.owner(),
-                epoch = self.epoch,
-                id = d.id,
-                key = d.key.as_deref(),
-                attempts = d.attempts,
-                error = reason,
-                "handler failed; the message is a dead letter"
-            ),
-            other => return Err(Error::protocol(format!("{CALL} returned {other:?}"))),
-        }
-        Ok(())
-    }
-
-    /// `nack` on pooled connections, retried while it gets no answer (a repeated nack changes
-    /// nothing).
-    async fn nack_retrying(&self, d: &Delivery, reason: &str) -> Result<()> {
-        let mut failures = 0u32;
-        loop {
-            let result = async {
-                let conn = self.run.inner.client.pool().get().await?;
-                self.nack(&**conn, d, reason).await
-            }
-            .await;
-            match result {
-                Err(e) if e.is_connection() => {
-                    failures = failures.saturating_add(1);
-                    self.settle_pause(&e, failures).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn settle_pause(&self, e: &Error, failures: u32) {
-        let pause = Duration::from_millis(50)
-            .saturating_mul(1 << failures.min(6))
-            .min(Duration::from_secs(2));
-        tracing::warn!(
-            target: trace::CONSUMER,
-            queue = self.queue(),
-            partition = self.partition,
-            owner = self.owner(),
-            epoch = self.epoch,
-            error = %e,
-            failures,
-            retry_in = ?pause,
-            "settling the batch got no answer, retrying"
-        );
-        tokio::time::sleep(pause).await;
     }
 
     /// The lease ended: stop at once.
@@ -627,26 +334,8 @@ impl Part<'_> {
     /// Abandons the open batch and releases the partition (`release` with force).
     async fn abandon(&self, lease: pglease::Lease) -> Exit {
         let result = async {
-            let conn = self.run.inner.client.pool().get().await?;
-            let queue = self.queue();
-            let partition = self.partition_i32();
-            let force = true;
-            let row = one(
-                sql::query(
-                    &**conn,
-                    sql::RELEASE,
-                    &[
-                        (&queue, Type::TEXT),
-                        (&partition, Type::INT4),
-                        (&self.run.inner.owner, Type::TEXT),
-                        (&self.epoch, Type::INT8),
-                        (&force, Type::BOOL),
-                    ],
-                )
-                .await?,
-                "lease_queue.release",
-            )?;
-            get::<i32>(&row, 0, "lease_queue.release")
+            let conn = self.inner.client.pool().get().await?;
+            calls::release(&**conn, self.holder(), true).await
         }
         .await;
         // Released on the server (or not ours any more): the keepalive's own release is refused.
@@ -680,29 +369,5 @@ impl Part<'_> {
                 Exit::Abandoned
             }
         }
-    }
-}
-
-/// `s` cut to at most `max` bytes, at a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn reasons_are_cut_at_a_character_boundary() {
-        assert_eq!(truncate("abc", 8), "abc");
-        assert_eq!(truncate("aé", 2), "a");
-        assert_eq!(truncate(&"x".repeat(9000), 8192).len(), 8192);
     }
 }

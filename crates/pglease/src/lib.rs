@@ -134,6 +134,7 @@ mod fence;
 mod install;
 pub mod limits;
 mod listener;
+mod listening;
 mod semaphore;
 pub mod sqlstate;
 mod trace;
@@ -165,6 +166,7 @@ pub use guard::LeaseGuard;
 pub use identity::hostname;
 pub use install::{Installed, Via, check_version, create_extension, install, installed};
 pub use lease::Lease;
+pub use listening::{Listener, Subscription};
 pub use lost::LostReason;
 pub use results::{
     Configuration, Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState,

@@ -1,18 +1,20 @@
 //! The one listening connection of a client (`LISTEN pg_lease_released` and `LISTEN
-//! pg_lease_changed`), shared by every wait.
+//! pg_lease_changed`, plus any channel a [`crate::Subscription`] asked for), shared by every wait.
 //!
 //! A subscription is to a [`Topic`]: the releases of a key (acquire waiters), the releases of any
-//! slot of a semaphore (payload `name#N`, semaphore waiters), or the changes of a key (observers
-//! of `lease.watch`). Waiters subscribe *before* calling `lease.register_waiter` (or
-//! `register_slot_waiter`, `watch`), and only once the connection is listening, so a release or
-//! change that commits after the registration is always delivered. The connection is opened on the first subscription and re-opened after a failure;
-//! since notifications sent while it was down are lost, every subscriber is woken when it goes
-//! down (a spurious wake costs one acquire attempt).
+//! slot of a semaphore (payload `name#N`, semaphore waiters), the changes of a key (observers of
+//! `lease.watch`), or one payload of another channel (the public facility, `listening.rs`).
+//! Waiters subscribe *before* calling `lease.register_waiter` (or `register_slot_waiter`,
+//! `watch`), and only once the connection listens on the topic's channel, so a release or change
+//! that commits after the registration is always delivered. The connection is opened on the
+//! first subscription and re-opened after a failure (listening again on every channel asked
+//! for); since notifications sent while it was down are lost, every subscriber is woken when it
+//! goes down (a spurious wake costs one acquire attempt).
 //!
 //! Logs on target `pglease::listener`: listening (`debug`), the connection lost (`warn`), and each
 //! failed attempt to open it, with the error and its SQLSTATE (`warn`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +48,27 @@ pub(crate) enum Topic {
     SlotReleased(String),
     /// A grant, release or change of data of this watched key (channel `pg_lease_changed`).
     Changed(String),
+    /// A notification on another channel with exactly this payload.
+    Notification { channel: String, payload: String },
+}
+
+impl Topic {
+    /// The channel the connection must listen on for this topic.
+    fn channel(&self) -> &str {
+        match self {
+            Topic::Released(_) | Topic::SlotReleased(_) => CHANNEL,
+            Topic::Changed(_) => CHANGED,
+            Topic::Notification { channel, .. } => channel,
+        }
+    }
+}
+
+/// `LISTEN` statements for `channels`, each name quoted as an identifier.
+fn listen_statements<'a>(channels: impl IntoIterator<Item = &'a String>) -> String {
+    channels
+        .into_iter()
+        .map(|c| format!("LISTEN \"{}\";", c.replace('"', "\"\"")))
+        .collect()
 }
 
 /// The semaphore whose slot `key` is (`name#N`, N in 1..=10000 without leading zeros), if any.
@@ -62,10 +85,10 @@ pub(crate) fn semaphore_of(key: &str) -> Option<&str> {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection's notifications, as (channel, payload); `None` when it has closed.
-type Notifications = mpsc::UnboundedReceiver<(String, String)>;
+type Forwarded = mpsc::UnboundedReceiver<(String, String)>;
 
 type ConnectFuture =
-    Pin<Box<dyn Future<Output = Result<(tokio_postgres::Client, Notifications)>> + Send>>;
+    Pin<Box<dyn Future<Output = Result<(tokio_postgres::Client, Forwarded)>> + Send>>;
 
 /// Opens a new connection whose notifications are forwarded to a channel.
 pub(crate) type Connect = Arc<dyn Fn() -> ConnectFuture + Send + Sync>;
@@ -105,22 +128,67 @@ where
 type Subscribers = HashMap<Topic, Vec<(u64, Arc<Notify>)>>;
 
 /// The subscribers and the connection state, shared with the listening task.
-#[derive(Default)]
 struct Hub {
     subscribers: Mutex<Subscribers>,
     next_id: AtomicU64,
-    /// Notifications that woke at least one subscriber (for tests and diagnostics).
+    /// Notifications of pg_lease's own channels that woke at least one subscriber (for tests and
+    /// diagnostics).
     delivered: AtomicU64,
+    /// The channels the connection listens on now (none while it is down).
+    listening: watch::Sender<BTreeSet<String>>,
+    /// Every channel a subscription asked for besides pg_lease's own (listened on for good).
+    extra: Mutex<BTreeSet<String>>,
+    /// Wakes the listening task when `extra` grew.
+    asked: Notify,
+}
+
+impl Default for Hub {
+    fn default() -> Hub {
+        Hub {
+            subscribers: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            listening: watch::channel(BTreeSet::new()).0,
+            extra: Mutex::default(),
+            asked: Notify::new(),
+        }
+    }
 }
 
 impl Hub {
+    /// Whether the connection listens on `channel` now.
+    fn listens_on(&self, channel: &str) -> bool {
+        self.listening.borrow().contains(channel)
+    }
+
+    /// Waits until the connection listens on `channel`, until `ready_by`; whether it does.
+    async fn wait_listening(&self, channel: &str, ready_by: Instant) -> bool {
+        let mut listening = self.listening.subscribe();
+        matches!(
+            timeout_at(ready_by, listening.wait_for(|on| on.contains(channel))).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Every channel to listen on: pg_lease's own and those asked for.
+    fn channels(&self) -> BTreeSet<String> {
+        let mut all = self
+            .extra
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        all.insert(CHANNEL.to_owned());
+        all.insert(CHANGED.to_owned());
+        all
+    }
+
     /// Wakes the subscribers of a notification on `channel` with `payload` (a key).
     fn wake(&self, channel: &str, payload: &str) {
         let subscribers = self
             .subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let topics = if channel == CHANNEL {
+        let own = if channel == CHANNEL {
             vec![
                 Some(Topic::Released(payload.to_owned())),
                 semaphore_of(payload).map(|name| Topic::SlotReleased(name.to_owned())),
@@ -130,16 +198,23 @@ impl Hub {
         } else {
             Vec::new()
         };
-        let mut woke = false;
-        for topic in topics.into_iter().flatten() {
-            if let Some(list) = subscribers.get(&topic) {
-                woke = true;
+        let wake = |topic: &Topic| match subscribers.get(topic) {
+            Some(list) => {
                 for (_, notify) in list {
                     notify.notify_one();
                 }
+                true
             }
-        }
-        if woke {
+            None => false,
+        };
+        // Every topic is woken (no short circuit).
+        let woke: Vec<bool> = own.iter().flatten().map(wake).collect();
+        let woke_own = woke.contains(&true);
+        wake(&Topic::Notification {
+            channel: channel.to_owned(),
+            payload: payload.to_owned(),
+        });
+        if woke_own {
             self.delivered.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -158,7 +233,6 @@ impl Hub {
 /// A client's listening connection (opened lazily).
 pub(crate) struct Listener {
     hub: Arc<Hub>,
-    ready: watch::Sender<bool>,
     connect: Connect,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -168,7 +242,7 @@ pub(crate) struct Listener {
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listener")
-            .field("ready", &*self.ready.borrow())
+            .field("listening", &*self.hub.listening.borrow())
             .field("started", &self.started)
             .finish_non_exhaustive()
     }
@@ -182,7 +256,6 @@ impl Listener {
     ) -> Listener {
         Listener {
             hub: Arc::default(),
-            ready: watch::channel(false).0,
             connect,
             shutdown,
             tracker,
@@ -193,13 +266,30 @@ impl Listener {
     /// Subscribes to `topic`, returning once the connection is listening; `None` if it is not
     /// listening by `ready_by` (the caller then falls back to sleeping until the lapse).
     pub(crate) async fn subscribe(&self, topic: Topic, ready_by: Instant) -> Option<Subscription> {
-        self.start();
-        let subscription = Subscription::new(Arc::clone(&self.hub), topic);
-        let mut ready = self.ready.subscribe();
-        match timeout_at(ready_by, ready.wait_for(|listening| *listening)).await {
-            Ok(Ok(_)) => Some(subscription),
-            _ => None,
+        let subscription = self.subscribe_now(topic);
+        subscription
+            .listening_by(ready_by)
+            .await
+            .then_some(subscription)
+    }
+
+    /// Subscribes to `topic` at once, whether or not the connection listens yet (see
+    /// [`Subscription::listening_by`]); a channel not listened on yet is listened on from now on.
+    pub(crate) fn subscribe_now(&self, topic: Topic) -> Subscription {
+        let channel = topic.channel();
+        if channel != CHANNEL && channel != CHANGED {
+            let added = self
+                .hub
+                .extra
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(channel.to_owned());
+            if added {
+                self.hub.asked.notify_one();
+            }
         }
+        self.start();
+        Subscription::new(Arc::clone(&self.hub), topic)
     }
 
     /// How many notifications woke at least one subscriber.
@@ -213,7 +303,6 @@ impl Listener {
         }
         let task = Task {
             hub: Arc::clone(&self.hub),
-            ready: self.ready.clone(),
             connect: Arc::clone(&self.connect),
             shutdown: self.shutdown.clone(),
         };
@@ -224,13 +313,17 @@ impl Listener {
 /// The listening task.
 struct Task {
     hub: Arc<Hub>,
-    ready: watch::Sender<bool>,
     connect: Connect,
     shutdown: CancellationToken,
 }
 
 impl Task {
     async fn run(self) {
+        self.listen_until_shutdown().await;
+        self.hub.listening.send_replace(BTreeSet::new());
+    }
+
+    async fn listen_until_shutdown(&self) {
         let mut failures = 0u32;
         while !self.shutdown.is_cancelled() {
             let connected = tokio::select! {
@@ -238,9 +331,9 @@ impl Task {
                 connected = self.listen() => connected,
             };
             match connected {
-                Ok((client, mut notifications)) => {
+                Ok((client, mut notifications, channels)) => {
                     failures = 0;
-                    self.ready.send_replace(true);
+                    self.hub.listening.send_replace(channels);
                     tracing::debug!(target: trace::LISTENER, channel = CHANNEL, "listening for releases");
                     loop {
                         tokio::select! {
@@ -249,10 +342,15 @@ impl Task {
                                 Some((channel, key)) => self.hub.wake(&channel, &key),
                                 None => break,
                             },
+                            () = self.hub.asked.notified() => {
+                                if !self.listen_on_new_channels(&client).await {
+                                    break;
+                                }
+                            }
                         }
                     }
                     drop(client);
-                    self.ready.send_replace(false);
+                    self.hub.listening.send_replace(BTreeSet::new());
                     tracing::warn!(
                         target: trace::LISTENER,
                         channel = CHANNEL,
@@ -282,18 +380,60 @@ impl Task {
         }
     }
 
-    /// Opens a connection and runs `LISTEN` on it, for both channels.
-    async fn listen(&self) -> Result<(tokio_postgres::Client, Notifications)> {
+    /// Opens a connection and runs `LISTEN` on it, for every channel; returns them.
+    async fn listen(&self) -> Result<(tokio_postgres::Client, Forwarded, BTreeSet<String>)> {
         let (client, notifications) = timeout(CONNECT_TIMEOUT, (self.connect)())
             .await
             .map_err(|_| Error::connection("listening connection: no answer in time"))??;
+        let channels = self.hub.channels();
         timeout(
             CONNECT_TIMEOUT,
-            client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {CHANGED}")),
+            client.batch_execute(&listen_statements(&channels)),
         )
         .await
         .map_err(|_| Error::connection("LISTEN: no answer in time"))??;
-        Ok((client, notifications))
+        Ok((client, notifications, channels))
+    }
+
+    /// Listens on the channels asked for since the connection was opened; false if the
+    /// connection failed (it is then opened again, listening on every channel).
+    async fn listen_on_new_channels(&self, client: &tokio_postgres::Client) -> bool {
+        let wanted = self.hub.channels();
+        let new: Vec<&String> = {
+            let listening = self.hub.listening.borrow();
+            wanted.iter().filter(|c| !listening.contains(*c)).collect()
+        };
+        if new.is_empty() {
+            return true;
+        }
+        let answered = timeout(
+            CONNECT_TIMEOUT,
+            client.batch_execute(&listen_statements(new)),
+        )
+        .await;
+        match answered {
+            Ok(Ok(())) => {
+                self.hub.listening.send_replace(wanted);
+                true
+            }
+            Ok(Err(e)) => {
+                let e = Error::from(e);
+                tracing::warn!(
+                    target: trace::LISTENER,
+                    error = %e,
+                    sqlstate = trace::sqlstate(&e),
+                    "LISTEN on a new channel failed: the connection is opened again"
+                );
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    target: trace::LISTENER,
+                    "LISTEN on a new channel: no answer in time; the connection is opened again"
+                );
+                false
+            }
+        }
     }
 }
 
@@ -327,6 +467,19 @@ impl Subscription {
     /// subscribing, or since the last completion.
     pub(crate) async fn released(&self) {
         self.notify.notified().await;
+    }
+
+    /// Whether the connection listens on the topic's channel now.
+    pub(crate) fn is_listening(&self) -> bool {
+        self.hub.listens_on(self.topic.channel())
+    }
+
+    /// Waits until the connection listens on the topic's channel, until `ready_by`: from then on
+    /// every notification of the topic is delivered (or the connection's loss reported).
+    pub(crate) async fn listening_by(&self, ready_by: Instant) -> bool {
+        self.hub
+            .wait_listening(self.topic.channel(), ready_by)
+            .await
     }
 }
 
