@@ -117,8 +117,8 @@ impl ConsumerBuilder {
     }
 
     /// The ttl of the partition leases (and of the membership lease): a consumer that stops
-    /// renewing loses its partitions after it, and the next holder gets its open batch again.
-    /// The keepalive renews at the client's [`renew_fraction`](pglease::ClientBuilder::renew_fraction)
+    /// renewing loses its partitions after it, and the next holder gets its open batch again. The
+    /// keepalive renews at the client's [`renew_fraction`](pglease::ClientBuilder::renew_fraction)
     /// of it, and so does every `receive`. Default 30 s.
     ///
     /// # Examples

@@ -1,9 +1,9 @@
 //! PostgreSQL-native leases with fencing epochs: a lease client for the pg_lease SQL API.
 //!
 //! pg_lease (schema `lease`) grants a named key to one owner at a time, until server time + ttl
-//! unless renewed. Every grant carries a fencing epoch greater than all earlier epochs of the key, so
-//! a resource that checks epochs can reject a former holder. The server's clock is the only clock,
-//! and every call is one statement that commits or rolls back with the caller's transaction.
+//! unless renewed. Every grant carries a fencing epoch greater than all earlier epochs of the key,
+//! so a resource that checks epochs can reject a former holder. The server's clock is the only
+//! clock, and every call is one statement that commits or rolls back with the caller's transaction.
 //!
 //! # Layers
 //!
@@ -13,6 +13,9 @@
 //!   ([`AcquireBuilder::data`], [`Lease::set_data`]), semaphores of N holders, fencing inside the
 //!   database, and leader election with watching observers. Built on tokio-postgres and a
 //!   deadpool-postgres pool.
+//! - **Listening** ([`Client::subscribe`], [`Listener`], [`Subscription`]): the application's
+//!   own notifications on the client's one listening connection (or on one of its own behind a
+//!   pooler), with the guarantee the client's waits rely on; the queue consumer listens this way.
 //! - **Sharding** ([`SlotMap`], [`ShardedClient`], [`SlotMove`]): keys spread over several
 //!   independent pg_lease databases by a fixed slot map in the client, each key's authority
 //!   exactly one database, and a procedure for moving a slot that keeps its epochs above every
@@ -37,15 +40,15 @@
 //!
 //! The full contract, with the reasoning, is in `docs/CLIENT.md`. In short:
 //!
-//! - **Loss is signalled before anyone else can acquire.** The client never compares its wall
-//!   clock with the server's. It takes a monotonic instant *before sending* each acquire or renew
-//!   and treats the lease as held until `sent + min(ttl, left) - margin`, where `left` is the time
-//!   the server reported left on the lease and `margin = ttl / 1000 + safety_margin` (default
-//!   20 ms): the proportional part covers both clocks being slewed in opposite directions at the
-//!   kernel's 500 ppm maximum; the constant covers timer and wake-up latency. If no renewal is
-//!   confirmed by then, [`Lease::lost`](crate::LeaseGuard::lost) completes with [`LostReason::Expired`], before the
-//!   server's expiry. A renewal answered `not_owner`, `lapsed` or `epoch_mismatch` ends the lease at
-//!   once.
+//! - **Loss is signalled before anyone else can acquire.** The client never compares its wall clock
+//!   with the server's. It takes a monotonic instant *before sending* each acquire or renew and
+//!   treats the lease as held until `sent + min(ttl, left) - margin`, where `left` is the time the
+//!   server reported left on the lease and `margin = ttl / 1000 + safety_margin` (default 20 ms):
+//!   the proportional part covers both clocks being slewed in opposite directions at the kernel's
+//!   500 ppm maximum; the constant covers timer and wake-up latency. If no renewal is confirmed by
+//!   then, [`Lease::lost`](crate::LeaseGuard::lost) completes with [`LostReason::Expired`], before
+//!   the server's expiry. A renewal answered `not_owner`, `lapsed` or `epoch_mismatch` ends the
+//!   lease at once.
 //! - **Transient errors are not loss.** A failed or unanswered renewal is retried with jittered
 //!   exponential backoff (from `clamp(ttl / 100, 10 ms, 100 ms)`, capped at the renewal
 //!   interval) on a fresh connection until the deadline; an unanswered renewal is never counted,
@@ -56,8 +59,9 @@
 //!   client, woken by the release notification or at the holder's lapse time (as the server
 //!   measured it); behind a transaction-mode pooler ([`ClientBuilder::pooler_mode`]) it sleeps
 //!   until the lapse, at most [`ClientBuilder::poll_cap`] (default 1 s) at a time.
-//! - **Fencing inside the database.** [`Lease::fence`](crate::LeaseGuard::fence) guards a transaction with `lease.fence`;
-//!   a stale grant fails with [`Error::is_fenced`] (SQLSTATE `LE001`/`LE002`/`LE003`).
+//! - **Fencing inside the database.** [`Lease::fence`](crate::LeaseGuard::fence) guards a
+//!   transaction with `lease.fence`; a stale grant fails with [`Error::is_fenced`] (SQLSTATE
+//!   `LE001`/`LE002`/`LE003`).
 //!
 //! # Example
 //!
@@ -102,7 +106,8 @@ mod pooled;
 mod results;
 mod rows;
 
-// The client: its builder, the acquire attempt (and acquires with options), waiting, per-key slots, retrying, owner identity.
+// The client: its builder, the acquire attempt (and acquires with options), waiting, per-key slots,
+// retrying, owner identity.
 mod acquire;
 mod attempt;
 mod builder;
