@@ -15,6 +15,7 @@ mod leader;
 mod leases;
 mod local;
 mod output;
+mod owner;
 mod procs;
 mod progress;
 mod queue;

@@ -1,7 +1,8 @@
-//! `pglease run`: hold a lease for as long as a command (and everything it started) runs.
+//! `pglease run` and `pglease elect`: hold a lease (a key, a semaphore slot or an election's
+//! leadership, see [`Holding`]) for as long as a command (and everything it started) runs.
 //!
-//! 1. Acquire the key with the client library ([`pglease::Client`]) as an owner unique to this run
-//!    ([`owner`]), waiting up to `--wait` (progress line on a terminal; SIGINT/SIGTERM give up
+//! 1. Acquire the lease with the client library ([`pglease::Client`]) as an owner unique to this
+//!    run ([`owner::unique_owner`]), waiting up to `--wait` (progress line on a terminal; SIGINT/SIGTERM give up
 //!    cleanly): not acquired exits with `--conflict-exit-code` (3).
 //! 2. Arm the watchdog (`watchdog.rs`) with the lease's local deadline, become a child subreaper,
 //!    and start the command with `PGLEASE_KEY`, `PGLEASE_OWNER` and `PGLEASE_EPOCH` (`child.rs`).
@@ -14,10 +15,8 @@
 //!    exited too (`--descendants wait`), or stop them (`--descendants kill`); then release the lease
 //!    and exit with the command's status (128 + signal if killed).
 //!
-//! Why the owner is unique: `lease.acquire` returns the current grant unchanged to its owner (the
-//! SQL API's idempotence, so a retried call is safe). Two runs with one owner string would both be
-//! "granted" the key at one epoch, and the server cannot tell them apart. So a run's owner always
-//! ends with a random nonce, and a grant returned to it can only be its own.
+//! The owner always ends with a random nonce, so a grant returned to it can only be its own (see
+//! `owner.rs`).
 //!
 //! Keeping the lease alive is the library's job ([`pglease::Lease`]'s keepalive renews it every
 //! third of the ttl and declares it lost at its validity deadline, before the server would let a
@@ -28,13 +27,13 @@ use std::process::{ExitCode, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crate::child::{self, Child};
-use crate::cli::{Descendants, RunArgs};
+use crate::cli::{Descendants, Holding, SupervisionArgs};
 use crate::connect::Target;
 use crate::exit::{self, BoxError};
-use crate::output;
 use crate::signals::{self, Signals};
-use crate::waiting::{self, Outcome, Waited};
+use crate::waiting::{self, Holder, Outcome, Waited};
 use crate::watchdog::Watchdog;
+use crate::{output, owner};
 
 /// What `run` needs from a lease held for the command's lifetime and kept alive by someone else.
 pub trait HeldLease {
@@ -70,44 +69,19 @@ impl HeldLease for pglease::Lease {
     }
 }
 
-/// The default owner of `acquire`: `<hostname>-<pid>-<nonce>` (`pglease` if the host name is
-/// unknown), where the nonce is 16 random hex digits: processes in different PID namespaces (or
-/// containers) with one host name and one pid still get different owners.
-pub fn default_owner() -> String {
-    let host = pglease::hostname().unwrap_or_else(|| "pglease".to_string());
-    format!("{host}-{}-{}", std::process::id(), nonce())
-}
-
-/// The owner of a run: `<OWNER>-<nonce>` with `--owner OWNER`, else [`default_owner`]. Always
-/// unique to the run (see the module docs).
-pub fn owner(given: Option<&str>) -> String {
-    match given {
-        Some(name) => format!("{name}-{}", nonce()),
-        None => default_owner(),
-    }
-}
-
-/// The length in bytes of what [`owner`] appends to `--owner`.
-pub const OWNER_SUFFIX_BYTES: usize = 17;
-
-/// 16 hex digits from the kernel's random generator (getrandom, else /dev/urandom; if both fail,
-/// the clocks and the pid, which still differ between two runs started at different instants).
-fn nonce() -> String {
-    let mut bytes = [0u8; 8];
-    // SAFETY: a valid buffer of the given length.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if usize::try_from(filled).ok() != Some(bytes.len()) {
-        use std::io::Read;
-        let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-        if read.is_err() {
-            let wall = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            let mono = Instant::now().elapsed().as_nanos() as u64;
-            bytes = (wall ^ mono.rotate_left(32) ^ u64::from(std::process::id())).to_be_bytes();
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// The lease `run` or `elect` holds the command under, as parsed.
+#[derive(Debug)]
+pub struct LeaseRequest {
+    /// The key, the semaphore's name or the election's name.
+    pub key: String,
+    /// The lease's ttl, renewed every third of it.
+    pub ttl: Duration,
+    /// How long to wait for the lease (zero: one attempt).
+    pub wait: Duration,
+    /// Which lease it is.
+    pub holding: Holding,
+    /// The value the grant carries (`--data`).
+    pub data: Option<String>,
 }
 
 /// The exit codes of pglease's own outcomes, as chosen on the command line.
@@ -127,30 +101,45 @@ struct Supervision {
     codes: Codes,
 }
 
-/// `pglease run`.
-pub async fn run(args: RunArgs, owner: String, target: &Target) -> Result<ExitCode, BoxError> {
-    let codes = Codes {
-        conflict: args.conflict_exit_code,
-        lost: args.lost_exit_code,
-        error: args.error_exit_code,
-    };
-    match run_inner(args, owner, target, codes).await {
+impl Supervision {
+    fn new(args: &SupervisionArgs, ttl: Duration) -> Supervision {
+        Supervision {
+            ttl,
+            kill_after: args.kill_after,
+            descendants: args.descendants,
+            codes: Codes {
+                conflict: args.conflict_exit_code,
+                lost: args.lost_exit_code,
+                error: args.error_exit_code,
+            },
+        }
+    }
+}
+
+/// `pglease run` and `pglease elect`: holds `request`'s lease while the command of `args` runs.
+pub async fn run(
+    request: LeaseRequest,
+    args: SupervisionArgs,
+    target: &Target,
+) -> Result<ExitCode, BoxError> {
+    let supervision = Supervision::new(&args, request.ttl);
+    match run_inner(request, args, supervision, target).await {
         Ok(code) => Ok(code),
         Err(e) => {
             exit::print_error(&*e);
-            Ok(ExitCode::from(codes.error))
+            Ok(ExitCode::from(supervision.codes.error))
         }
     }
 }
 
 async fn run_inner(
-    args: RunArgs,
-    owner: String,
+    request: LeaseRequest,
+    args: SupervisionArgs,
+    supervision: Supervision,
     target: &Target,
-    codes: Codes,
 ) -> Result<ExitCode, BoxError> {
-    let key = args.key.key;
-    let (ttl, wait) = (args.ttl.ttl, args.wait.wait);
+    let owner = owner::unique_owner(args.owner.as_deref());
+    let command = args.argv();
     let mut signals = Signals::catch()?;
     let builder = pglease::Client::builder()
         .owner(owner.clone())
@@ -160,96 +149,67 @@ async fn run_inner(
         client = target.client(builder) => client?,
         sig = signals.recv_terminating() => return Ok(exit::signal_exit(sig)),
     };
-    let how = if args.elect {
-        How::Elect
-    } else if let Some(n) = args.limit {
-        How::Slot(n)
-    } else {
-        How::Key
-    };
-    let data = args.data.data.clone();
-    let outcome = acquire(&client, target, &key, ttl, wait, how, data, &mut signals).await?;
-    let supervision = Supervision {
-        ttl,
-        kill_after: args.kill_after,
-        descendants: args.descendants,
-        codes,
-    };
-    let code = match outcome {
+    let code = match acquire(&client, target, &request, &mut signals).await? {
         Outcome::Granted(lease) => {
             // A slot's lease key is KEY#N: that is what the epoch fences.
             let lease_key = pglease::LeaseGuard::key(&lease).to_owned();
             let mut env = Vec::new();
             if let Some(slot) = pglease::LeaseGuard::slot(&lease) {
                 env.push(("PGLEASE_SLOT", slot.to_string()));
-                env.push(("PGLEASE_SEMAPHORE", key.clone()));
+                env.push(("PGLEASE_SEMAPHORE", request.key.clone()));
             }
-            supervise(
-                &args.command,
-                &lease_key,
-                &owner,
-                &env,
-                lease,
-                supervision,
-                &mut signals,
-            )
-            .await?
+            let names = LeaseEnv {
+                key: &lease_key,
+                owner: &owner,
+                extra: &env,
+            };
+            supervise(&command, names, lease, supervision, &mut signals).await?
         }
         Outcome::Held(holder) => {
-            let waited = if wait.is_zero() {
-                String::new()
-            } else {
-                format!(" within {}", output::duration(wait))
-            };
-            match how {
-                How::Slot(n) => {
-                    eprintln!(
-                        "pglease: could not acquire a slot of {key}{waited}: all {n} are held"
-                    )
-                }
-                How::Key | How::Elect => {
-                    let state = holder.map_or_else(|| "not held".to_string(), |h| h.describe());
-                    let what = if matches!(how, How::Elect) {
-                        "become the leader of"
-                    } else {
-                        "acquire"
-                    };
-                    eprintln!("pglease: could not {what} {key}{waited}: it is {state}");
-                }
-            }
-            ExitCode::from(codes.conflict)
+            report_not_acquired(&request, holder);
+            ExitCode::from(supervision.codes.conflict)
         }
         Outcome::Interrupted(sig) => exit::signal_exit(sig),
     };
     client.shutdown().await;
     Ok(code)
 }
-/// What `run` holds while the command runs.
-#[derive(Debug, Clone, Copy)]
-enum How {
-    /// The key itself.
-    Key,
-    /// One of N slots of the semaphore named by the key (`--limit N`).
-    Slot(u32),
-    /// The key as an election's leadership (`pglease elect`).
-    Elect,
+
+/// Says on stderr that `request`'s lease was not acquired within its wait, and who holds it.
+fn report_not_acquired(request: &LeaseRequest, holder: Option<Holder>) {
+    let key = &request.key;
+    let waited = if request.wait.is_zero() {
+        String::new()
+    } else {
+        format!(" within {}", output::duration(request.wait))
+    };
+    match request.holding {
+        Holding::SemaphoreSlot(n) => {
+            eprintln!("pglease: could not acquire a slot of {key}{waited}: all {n} are held")
+        }
+        Holding::Key | Holding::Leadership => {
+            let state = holder.map_or_else(|| "not held".to_string(), |h| h.describe());
+            let what = if request.holding == Holding::Leadership {
+                "become the leader of"
+            } else {
+                "acquire"
+            };
+            eprintln!("pglease: could not {what} {key}{waited}: it is {state}");
+        }
+    }
 }
 
-/// Acquires `key` (as `how` says) with a keepalive, waiting up to `wait` with progress on a
-/// terminal.
-#[allow(clippy::too_many_arguments)]
+/// Acquires `request`'s lease with a keepalive, waiting up to its wait with progress on a terminal.
 async fn acquire(
     client: &pglease::Client,
     target: &Target,
-    key: &str,
-    ttl: Duration,
-    wait: Duration,
-    how: How,
-    data: Option<String>,
+    request: &LeaseRequest,
     signals: &mut Signals,
 ) -> Result<Outcome<pglease::Lease>, BoxError> {
-    let acquired = match how {
-        How::Key => {
+    let (key, ttl, wait) = (request.key.as_str(), request.ttl, request.wait);
+    let data = request.data.clone();
+    let acquired = match request.holding {
+        Holding::Key => {
             let mut request = client.acquire_with(key, ttl);
             if let Some(data) = data {
                 request = request.data(data);
@@ -273,7 +233,7 @@ async fn acquire(
                 }
             }
         }
-        How::Slot(n) => {
+        Holding::SemaphoreSlot(n) => {
             let mut semaphore = client.semaphore(key, n, ttl);
             if let Some(data) = data {
                 semaphore = semaphore.with_data(data);
@@ -296,7 +256,7 @@ async fn acquire(
                 }
             }
         }
-        How::Elect => {
+        Holding::Leadership => {
             let mut election = client.election(key, ttl);
             if let Some(data) = data {
                 election = election.with_data(data);
@@ -317,7 +277,7 @@ async fn acquire(
     };
     match acquired? {
         Some(lease) => Ok(Outcome::Granted(lease)),
-        None if matches!(how, How::Slot(_)) => Ok(Outcome::Held(None)),
+        None if matches!(request.holding, Holding::SemaphoreSlot(_)) => Ok(Outcome::Held(None)),
         None => {
             let holder = async {
                 let observer = target.connect().await?;
@@ -358,49 +318,52 @@ fn tick_every(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(500))
 }
 
+/// What the command is told of its lease, in its environment.
+struct LeaseEnv<'a> {
+    /// The lease key (`KEY#N` for a semaphore slot): `PGLEASE_KEY`.
+    key: &'a str,
+    /// `PGLEASE_OWNER`.
+    owner: &'a str,
+    /// More variables (a slot's `PGLEASE_SLOT` and `PGLEASE_SEMAPHORE`).
+    extra: &'a [(&'static str, String)],
+}
+
+impl LeaseEnv<'_> {
+    /// The variables to add to the command's environment, with the grant's `epoch`.
+    fn vars(&self, epoch: i64) -> Vec<(&'static str, String)> {
+        let mut env = vec![
+            ("PGLEASE_KEY", self.key.to_owned()),
+            ("PGLEASE_OWNER", self.owner.to_owned()),
+            ("PGLEASE_EPOCH", epoch.to_string()),
+        ];
+        env.extend(self.extra.iter().cloned());
+        env
+    }
+}
+
 /// Runs the command under `lease` and releases the lease when it (and, by default, everything it
 /// started) has exited.
 async fn supervise(
     command: &[std::ffi::OsString],
-    key: &str,
-    owner: &str,
-    extra_env: &[(&'static str, String)],
+    names: LeaseEnv<'_>,
     lease: impl HeldLease,
     sup: Supervision,
     signals: &mut Signals,
 ) -> Result<ExitCode, BoxError> {
-    let mut env = vec![
-        ("PGLEASE_KEY", key.to_owned()),
-        ("PGLEASE_OWNER", owner.to_owned()),
-        ("PGLEASE_EPOCH", lease.epoch().to_string()),
-    ];
-    env.extend(extra_env.iter().cloned());
+    let key = names.key;
     let Some(deadline) = lease.valid_until() else {
         eprintln!("pglease: lost the lease on {key} before the command started");
         return Ok(ExitCode::from(sup.codes.lost));
     };
-    let started = child::catch_sigchld()
-        .map_err(|e| exit::context("catching SIGCHLD", e))
-        .and_then(|sigchld| {
-            let watchdog = Watchdog::start(watchdog_deadline(deadline, sup.ttl))
-                .map_err(|e| exit::context("starting the watchdog", e))?;
-            Ok((sigchld, watchdog))
-        })
-        .and_then(|(sigchld, watchdog)| match child::become_subreaper() {
-            Ok(()) => Ok((sigchld, watchdog)),
-            Err(e) => {
-                watchdog.finish();
-                Err(exit::context("becoming a child subreaper", e))
-            }
-        });
-    let (sigchld, mut watchdog) = match started {
-        Ok(started) => started,
+    let (sigchld, watchdog) = match protect(deadline, sup.ttl) {
+        Ok(protected) => protected,
         Err(e) => {
             release(lease, key, sup.ttl).await;
             return Err(e);
         }
     };
-    let mut child = match child::spawn(command, &env, sigchld, watchdog.pid()) {
+    let env = names.vars(lease.epoch());
+    let child = match child::spawn(command, &env, sigchld, watchdog.pid()) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("pglease: {}", e.message);
@@ -409,25 +372,69 @@ async fn supervise(
             return Ok(ExitCode::from(e.code));
         }
     };
-
-    let mut stop = Stop {
-        lost: None,
-        kill_at: None,
-        kill_after: sup.kill_after,
+    let mut supervisor = Supervisor {
+        child,
+        watchdog,
+        stop: Stop {
+            lost: None,
+            kill_at: None,
+            kill_after: sup.kill_after,
+        },
+        main: None,
+        key,
+        sup,
     };
-    if let Err(e) = watchdog.watch_group(child.pgid()) {
-        stop.lose(&child, key, format!("the watchdog is gone: {e}"));
+    if let Err(e) = supervisor.watchdog.watch_group(supervisor.child.pgid()) {
+        let reason = format!("the watchdog is gone: {e}");
+        supervisor.stop.lose(&supervisor.child, key, reason);
     }
-    let grace = grace(sup.ttl, sup.kill_after);
-    let mut main: Option<ExitStatus> = None;
-    let mut lost_seen = false;
-    let mut tick = tokio::time::interval(tick_every(sup.ttl));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    {
+    supervisor.watch(&lease, signals).await?;
+    supervisor.finish(lease).await
+}
+
+/// Before the command starts: catch SIGCHLD, start the watchdog with the lease's local `deadline`,
+/// and become a child subreaper (so the processes the command leaves behind stay ours to wait for
+/// and to stop).
+fn protect(
+    deadline: Instant,
+    ttl: Duration,
+) -> Result<(tokio::signal::unix::Signal, Watchdog), BoxError> {
+    let sigchld = child::catch_sigchld().map_err(|e| exit::context("catching SIGCHLD", e))?;
+    let watchdog = Watchdog::start(watchdog_deadline(deadline, ttl))
+        .map_err(|e| exit::context("starting the watchdog", e))?;
+    if let Err(e) = child::become_subreaper() {
+        watchdog.finish();
+        return Err(exit::context("becoming a child subreaper", e));
+    }
+    Ok((sigchld, watchdog))
+}
+
+/// The running command, its watchdog, and what has happened to them.
+struct Supervisor<'a> {
+    child: Child,
+    watchdog: Watchdog,
+    stop: Stop,
+    /// The command's exit status, once it has exited (its descendants may still run).
+    main: Option<ExitStatus>,
+    key: &'a str,
+    sup: Supervision,
+}
+
+impl Supervisor<'_> {
+    /// Until the command and every process it left behind have exited: forwards `signals`, keeps
+    /// the watchdog's deadline moving with the lease's, and stops everything if the lease is lost.
+    async fn watch(
+        &mut self,
+        lease: &impl HeldLease,
+        signals: &mut Signals,
+    ) -> std::io::Result<()> {
+        let mut lost_seen = false;
+        let mut tick = tokio::time::interval(tick_every(self.sup.ttl));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let lost = lease.lost();
         tokio::pin!(lost);
         loop {
-            let kill_at = stop.kill_at;
+            let kill_at = self.stop.kill_at;
             let kill_timer = async move {
                 match kill_at {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -435,86 +442,111 @@ async fn supervise(
                 }
             };
             tokio::select! {
-                exited = exits(&mut child, main.is_none()) => match exited? {
-                None => break,
-                Some(status) => {
-                    main = Some(status);
-                    if stop.lost.is_none() {
-                        if lease.valid_until().is_none_or(|v| Instant::now() >= v) {
-                            stop.lose(&child, key, "its local deadline passed".into());
-                        } else if child.has_descendants() {
-                            let what = child::describe(status);
-                            match sup.descendants {
-                                Descendants::Wait => eprintln!(
-                                    "pglease: the command {what}; keeping the lease on {key} until the \
-                                     processes it left behind exit"
-                                ),
-                                Descendants::Kill => {
-                                    eprintln!(
-                                        "pglease: the command {what}; stopping the processes it left \
-                                         behind (SIGTERM, SIGKILL after {})",
-                                        output::duration(sup.kill_after)
-                                    );
-                                    stop.terminate(&child);
-                                }
-                            }
-                        }
-                    }
-                }
+                exited = exits(&mut self.child, self.main.is_none()) => match exited? {
+                    None => return Ok(()),
+                    Some(status) => self.command_exited(status, lease),
                 },
                 sig = signals.recv() => {
-                    if main.is_none() {
-                        child.signal(sig);
+                    if self.main.is_none() {
+                        self.child.signal(sig);
                     } else {
-                        child.signal_all(sig);
+                        self.child.signal_all(sig);
                     }
                 }
                 reason = &mut lost, if !lost_seen => {
                     lost_seen = true;
-                    if stop.lost.is_none() {
-                        stop.lose(&child, key, reason);
+                    if self.stop.lost.is_none() {
+                        self.stop.lose(&self.child, self.key, reason);
                     }
                 }
-                _ = tick.tick(), if stop.lost.is_none() => {
-                    if let Some(valid_until) = lease.valid_until() {
-                        if let Err(e) = watchdog.extend(watchdog_deadline(valid_until, sup.ttl)) {
-                            stop.lose(&child, key, format!("the watchdog is gone: {e}"));
-                        } else if !grace.is_zero() && Instant::now() + grace >= valid_until {
-                            stop.lose(
-                                &child,
-                                key,
-                                format!(
-                                    "no renewal confirmed with {} of it left",
-                                    output::duration(grace)
-                                ),
-                            );
-                        }
-                    }
-                }
-                () = kill_timer, if stop.kill_at.is_some() => {
-                    stop.kill_at = None;
+                _ = tick.tick(), if self.stop.lost.is_none() => self.check_lease(lease),
+                () = kill_timer, if self.stop.kill_at.is_some() => self.kill_now(),
+            }
+        }
+    }
+
+    /// The command exited with `status`: a lease past its deadline is lost; processes it left
+    /// behind are waited for or stopped (`--descendants`).
+    fn command_exited(&mut self, status: ExitStatus, lease: &impl HeldLease) {
+        self.main = Some(status);
+        if self.stop.lost.is_some() {
+            return;
+        }
+        let key = self.key;
+        if lease.valid_until().is_none_or(|v| Instant::now() >= v) {
+            self.stop
+                .lose(&self.child, key, "its local deadline passed".into());
+        } else if self.child.has_descendants() {
+            let what = child::describe(status);
+            match self.sup.descendants {
+                Descendants::Wait => eprintln!(
+                    "pglease: the command {what}; keeping the lease on {key} until the processes it \
+                     left behind exit"
+                ),
+                Descendants::Kill => {
                     eprintln!(
-                        "pglease: still running after {}; sending {}",
-                        output::duration(sup.kill_after),
-                        signals::name(libc::SIGKILL)
+                        "pglease: the command {what}; stopping the processes it left behind \
+                         (SIGTERM, SIGKILL after {})",
+                        output::duration(self.sup.kill_after)
                     );
-                    child.signal_all(libc::SIGKILL);
+                    self.stop.terminate(&self.child);
                 }
             }
         }
     }
-    watchdog.finish();
-    let status = main.expect("the loop ends only after the command exited");
-    if stop.lost.is_some() {
-        eprintln!("pglease: the command {}", child::describe(status));
-        if lease.valid_until().is_some_and(|v| Instant::now() < v) {
-            // Given up before the deadline: the key may still be ours.
-            release(lease, key, sup.ttl).await;
+
+    /// Passes the lease's deadline on to the watchdog, and gives the lease up if no renewal has
+    /// been confirmed with less than the grace left.
+    fn check_lease(&mut self, lease: &impl HeldLease) {
+        let Some(valid_until) = lease.valid_until() else {
+            return;
+        };
+        let grace = grace(self.sup.ttl, self.sup.kill_after);
+        if let Err(e) = self
+            .watchdog
+            .extend(watchdog_deadline(valid_until, self.sup.ttl))
+        {
+            let reason = format!("the watchdog is gone: {e}");
+            self.stop.lose(&self.child, self.key, reason);
+        } else if !grace.is_zero() && Instant::now() + grace >= valid_until {
+            let reason = format!(
+                "no renewal confirmed with {} of it left",
+                output::duration(grace)
+            );
+            self.stop.lose(&self.child, self.key, reason);
         }
-        return Ok(ExitCode::from(sup.codes.lost));
     }
-    release(lease, key, sup.ttl).await;
-    Ok(child::exit_code(status))
+
+    /// `--kill-after` has passed since SIGTERM: SIGKILL to everything.
+    fn kill_now(&mut self) {
+        self.stop.kill_at = None;
+        eprintln!(
+            "pglease: still running after {}; sending {}",
+            output::duration(self.sup.kill_after),
+            signals::name(libc::SIGKILL)
+        );
+        self.child.signal_all(libc::SIGKILL);
+    }
+
+    /// Everything has exited: stops the watchdog, releases the lease (unless it is lost) and
+    /// returns the exit code: the command's own, or `--lost-exit-code`.
+    async fn finish(self, lease: impl HeldLease) -> Result<ExitCode, BoxError> {
+        self.watchdog.finish();
+        let status = self
+            .main
+            .expect("the watch ends only after the command exited");
+        let (key, ttl) = (self.key, self.sup.ttl);
+        if self.stop.lost.is_some() {
+            eprintln!("pglease: the command {}", child::describe(status));
+            if lease.valid_until().is_some_and(|v| Instant::now() < v) {
+                // Given up before the deadline: the key may still be ours.
+                release(lease, key, ttl).await;
+            }
+            return Ok(ExitCode::from(self.sup.codes.lost));
+        }
+        release(lease, key, ttl).await;
+        Ok(child::exit_code(status))
+    }
 }
 
 /// The command's exit status (while `running`), else `None` once no descendant is left.
@@ -576,30 +608,6 @@ async fn release(lease: impl HeldLease, key: &str, ttl: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn is_nonce(s: &str) -> bool {
-        s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())
-    }
-
-    #[test]
-    fn every_owner_ends_with_a_fresh_nonce() {
-        let given = owner(Some("worker"));
-        assert!(
-            given.strip_prefix("worker-").is_some_and(is_nonce),
-            "{given}"
-        );
-        assert_eq!(given.len(), "worker".len() + OWNER_SUFFIX_BYTES);
-        let default = default_owner();
-        let (host_pid, nonce) = default.rsplit_once('-').unwrap();
-        assert!(is_nonce(nonce), "{default}");
-        assert!(
-            host_pid.ends_with(&format!("-{}", std::process::id())),
-            "{default}"
-        );
-        // Same process, same name: still different owners.
-        assert_ne!(owner(Some("worker")), owner(Some("worker")));
-        assert_ne!(default_owner(), default_owner());
-    }
 
     #[test]
     fn the_grace_is_at_most_a_third_of_the_ttl() {
