@@ -2,8 +2,8 @@
 //! leadership, see [`Holding`]) for as long as a command (and everything it started) runs.
 //!
 //! 1. Acquire the lease with the client library ([`pglease::Client`]) as an owner unique to this
-//!    run ([`owner::unique_owner`]), waiting up to `--wait` (progress line on a terminal; SIGINT/SIGTERM give up
-//!    cleanly): not acquired exits with `--conflict-exit-code` (3).
+//!    run ([`owner::unique_owner`]), waiting up to `--wait` (progress line on a terminal;
+//!    SIGINT/SIGTERM give up cleanly): not acquired exits with `--conflict-exit-code` (3).
 //! 2. Arm the watchdog (`watchdog.rs`) with the lease's local deadline, become a child subreaper,
 //!    and start the command with `PGLEASE_KEY`, `PGLEASE_OWNER` and `PGLEASE_EPOCH` (`child.rs`).
 //! 3. While it runs: forward caught signals to its process group, move the watchdog's deadline on
