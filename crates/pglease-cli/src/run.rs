@@ -206,82 +206,24 @@ async fn acquire(
     request: &LeaseRequest,
     signals: &mut Signals,
 ) -> Result<Outcome<pglease::Lease>, BoxError> {
-    let (key, ttl, wait) = (request.key.as_str(), request.ttl, request.wait);
-    let data = request.data.clone();
     let acquired = match request.holding {
-        Holding::Key => {
-            let mut request = client.acquire_with(key, ttl);
-            if let Some(data) = data {
-                request = request.data(data);
-            }
-            if wait.is_zero() {
-                // One answer, bounded by the request timeout, and interruptible (cancel safe as
-                // below).
-                tokio::select! {
-                    acquired = target.answer(request.try_acquire()) => acquired,
-                    sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
-                }
-            } else {
-                // Cancel safe: dropped on a signal, the library gives back whatever it was granted.
-                match waiting::while_waiting(target, key, wait, signals, request.acquire(wait))
-                    .await
-                {
-                    Waited::Done(Ok(lease)) => Ok(Some(lease)),
-                    Waited::Done(Err(e)) if e.is_wait_timeout() => Ok(None),
-                    Waited::Done(Err(e)) => Err(BoxError::from(e)),
-                    Waited::Interrupted(sig) => return Ok(Outcome::Interrupted(sig)),
-                }
-            }
-        }
-        Holding::SemaphoreSlot(n) => {
-            let mut semaphore = client.semaphore(key, n, ttl);
-            if let Some(data) = data {
-                semaphore = semaphore.with_data(data);
-            }
-            if wait.is_zero() {
-                tokio::select! {
-                    acquired = target.answer(semaphore.try_acquire()) => acquired,
-                    sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
-                }
-            } else {
-                // No progress line: the holders are many (`pglease list KEY#`). Cancel safe as
-                // above.
-                tokio::select! {
-                    acquired = semaphore.acquire(wait) => match acquired {
-                        Ok(lease) => Ok(Some(lease)),
-                        Err(e) if e.is_wait_timeout() => Ok(None),
-                        Err(e) => Err(BoxError::from(e)),
-                    },
-                    sig = signals.recv_terminating() => return Ok(Outcome::Interrupted(sig)),
-                }
-            }
-        }
-        Holding::Leadership => {
-            let mut election = client.election(key, ttl);
-            if let Some(data) = data {
-                election = election.with_data(data);
-            }
-            // Campaigning waits without polling; --wait bounds it (forever: the API's maximum).
-            let campaign = async {
-                match tokio::time::timeout(wait, election.campaign()).await {
-                    Ok(Ok(lease)) => Ok(Some(lease)),
-                    Ok(Err(e)) => Err(BoxError::from(e)),
-                    Err(_elapsed) => Ok(None),
-                }
-            };
-            match waiting::while_waiting(target, key, wait, signals, campaign).await {
-                Waited::Done(done) => done,
-                Waited::Interrupted(sig) => return Ok(Outcome::Interrupted(sig)),
-            }
-        }
+        Holding::Key => acquire_key(client, target, request, signals).await,
+        Holding::SemaphoreSlot(n) => acquire_slot(client, target, request, n, signals).await,
+        Holding::Leadership => campaign(client, target, request, signals).await,
     };
-    match acquired? {
+    let acquired = match acquired {
+        Waited::Done(acquired) => acquired?,
+        Waited::Interrupted(sig) => return Ok(Outcome::Interrupted(sig)),
+    };
+    match acquired {
         Some(lease) => Ok(Outcome::Granted(lease)),
         None if matches!(request.holding, Holding::SemaphoreSlot(_)) => Ok(Outcome::Held(None)),
         None => {
             let holder = async {
                 let observer = target.connect().await?;
-                target.answer(waiting::holder(&observer, key)).await
+                target
+                    .answer(waiting::holder(&observer, &request.key))
+                    .await
             };
             tokio::select! {
                 holder = holder => Ok(Outcome::Held(holder?)),
@@ -289,6 +231,90 @@ async fn acquire(
             }
         }
     }
+}
+
+/// What an attempt to acquire gives: the lease, `None` when the wait ran out, or the signal that
+/// ended it (nothing is then held).
+type Attempt = Waited<Result<Option<pglease::Lease>, BoxError>>;
+
+/// `run`: the key itself.
+async fn acquire_key(
+    client: &pglease::Client,
+    target: &Target,
+    request: &LeaseRequest,
+    signals: &mut Signals,
+) -> Attempt {
+    let (key, wait) = (request.key.as_str(), request.wait);
+    let mut acquiring = client.acquire_with(key, request.ttl);
+    if let Some(data) = request.data.clone() {
+        acquiring = acquiring.data(data);
+    }
+    if wait.is_zero() {
+        // One answer, bounded by the request timeout, and interruptible (cancel safe as below).
+        return tokio::select! {
+            acquired = target.answer(acquiring.try_acquire()) => Waited::Done(acquired),
+            sig = signals.recv_terminating() => Waited::Interrupted(sig),
+        };
+    }
+    // Cancel safe: dropped on a signal, the library gives back whatever it was granted.
+    match waiting::while_waiting(target, key, wait, signals, acquiring.acquire(wait)).await {
+        Waited::Done(Ok(lease)) => Waited::Done(Ok(Some(lease))),
+        Waited::Done(Err(e)) if e.is_wait_timeout() => Waited::Done(Ok(None)),
+        Waited::Done(Err(e)) => Waited::Done(Err(BoxError::from(e))),
+        Waited::Interrupted(sig) => Waited::Interrupted(sig),
+    }
+}
+
+/// `run --limit n`: one of `n` slots of the semaphore named by the key.
+async fn acquire_slot(
+    client: &pglease::Client,
+    target: &Target,
+    request: &LeaseRequest,
+    n: u32,
+    signals: &mut Signals,
+) -> Attempt {
+    let mut semaphore = client.semaphore(&request.key, n, request.ttl);
+    if let Some(data) = request.data.clone() {
+        semaphore = semaphore.with_data(data);
+    }
+    if request.wait.is_zero() {
+        return tokio::select! {
+            acquired = target.answer(semaphore.try_acquire()) => Waited::Done(acquired),
+            sig = signals.recv_terminating() => Waited::Interrupted(sig),
+        };
+    }
+    // No progress line: the holders are many (`pglease list KEY#`). Cancel safe as for a key.
+    tokio::select! {
+        acquired = semaphore.acquire(request.wait) => Waited::Done(match acquired {
+            Ok(lease) => Ok(Some(lease)),
+            Err(e) if e.is_wait_timeout() => Ok(None),
+            Err(e) => Err(BoxError::from(e)),
+        }),
+        sig = signals.recv_terminating() => Waited::Interrupted(sig),
+    }
+}
+
+/// `elect`: the key as an election's leadership.
+async fn campaign(
+    client: &pglease::Client,
+    target: &Target,
+    request: &LeaseRequest,
+    signals: &mut Signals,
+) -> Attempt {
+    let (key, wait) = (request.key.as_str(), request.wait);
+    let mut election = client.election(key, request.ttl);
+    if let Some(data) = request.data.clone() {
+        election = election.with_data(data);
+    }
+    // Campaigning waits without polling; --wait bounds it (forever: the API's maximum).
+    let campaign = async {
+        match tokio::time::timeout(wait, election.campaign()).await {
+            Ok(Ok(lease)) => Ok(Some(lease)),
+            Ok(Err(e)) => Err(BoxError::from(e)),
+            Err(_elapsed) => Ok(None),
+        }
+    };
+    waiting::while_waiting(target, key, wait, signals, campaign).await
 }
 
 /// How long before the lease's local deadline a lease whose renewals are not getting through is
