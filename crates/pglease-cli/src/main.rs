@@ -21,6 +21,7 @@ mod progress;
 mod queue;
 mod run;
 mod signals;
+mod supervise;
 mod verbose;
 mod waiting;
 mod watchdog;
