@@ -1,6 +1,6 @@
 //! The operator's commands: `install` (CREATE EXTENSION or the extension-less script), `status`
-//! (server, installation, lease counts), `configure` (the ttl cap and the failover quarantine) and `local start | stop | status | url` (the embedded
-//! server, see `local.rs`).
+//! (server, installation, lease counts), `configure` (the ttl cap and the failover quarantine) and
+//! `local start | stop | status | url` (the embedded server, see `local.rs`).
 
 use std::process::ExitCode;
 

@@ -98,7 +98,7 @@ async fn handle(command: &[String], kill_after: Duration, d: &Delivery) -> Resul
 /// `pglease queue consume`.
 pub async fn consume(args: QueueConsumeArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let mut signals = Signals::catch()?;
-    let owner = crate::run::owner(args.owner.as_deref());
+    let owner = crate::owner::unique_owner(args.owner.as_deref());
     let builder = pglease::Client::builder().owner(owner);
     let client = tokio::select! {
         client = target.client(builder) => client?,

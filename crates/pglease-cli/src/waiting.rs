@@ -1,13 +1,16 @@
-//! Acquiring a key for `acquire` and `run`, waiting for it when asked: one blocking
-//! `lease.acquire(..., wait)` on the server, a live progress line on a terminal (who holds the key,
-//! when its lease lapses unless renewed, how long we have waited), and a clean stop on SIGINT/SIGTERM.
+//! Waiting for a key: the live progress line on a terminal (who holds the key, when its lease
+//! lapses unless renewed, how long we have waited) and a clean stop on SIGINT/SIGTERM, for the
+//! waits of `acquire`, `run` (of a key) and `elect` ([`while_waiting`]); the key's state for the
+//! message when the wait runs out ([`holder`]); and the `acquire` command's acquisition itself
+//! ([`acquire`]).
 //!
-//! The blocking acquire keeps running on the server after its client is gone, and could still grant
-//! the key to a process that no longer exists. So a caught signal cancels the statement
-//! (`pg_cancel_backend` through the protocol's cancel request) before pglease exits, a grant that
-//! slipped in before the cancel is released, and the session sets
+//! `acquire` sends one blocking `lease.acquire(..., wait)` statement, which keeps running on the
+//! server after its client is gone and could still grant the key to a process that no longer
+//! exists. So a caught signal cancels the statement (the protocol's cancel request) before pglease
+//! exits, a grant that slipped in before the cancel is released, and for a wait the session sets
 //! `client_connection_check_interval` so that the server notices a client that died without
-//! cancelling.
+//! cancelling. `run` and `elect` wait through the client library instead, which gives back what it
+//! was granted when its wait is dropped.
 
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
@@ -31,7 +34,8 @@ const CLEANUP_WITHIN: Duration = Duration::from_secs(5);
 pub enum Outcome<G = pglease::Grant> {
     /// The key is ours.
     Granted(G),
-    /// Another owner held the key (when `wait` ran out); its state, if it still has one.
+    /// Another owner held the key (for a semaphore: every slot) when `wait` ran out; the key's
+    /// state, if it still has one (none for a semaphore, whose holders are many).
     Held(Option<Holder>),
     /// A signal ended the wait; nothing is held.
     Interrupted(i32),

@@ -150,7 +150,7 @@ pub struct QueueConsumeArgs {
     /// stopped because its lease was lost does not count.
     #[arg(long, value_name = "N")]
     pub max_messages: Option<u64>,
-    /// The consumer's owner string; default <hostname>-<pid>-<nonce>.
+    /// The consumer's owner string; default `<hostname>-<pid>-<nonce>`.
     #[arg(long, value_name = "OWNER", env = "PGLEASE_OWNER", value_parser = super::parse_run_owner)]
     pub owner: Option<String>,
     /// After SIGTERM on a lost lease, wait this long before SIGKILL.

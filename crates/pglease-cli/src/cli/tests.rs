@@ -2,6 +2,7 @@
 
 use super::*;
 use clap::CommandFactory;
+use pglease::limits::MAX_INTERVAL;
 
 #[test]
 fn the_command_line_definition_is_consistent() {
@@ -48,7 +49,10 @@ fn shell_and_positional_keys_parse() {
     let Command::Run(args) = cli.command else {
         panic!("not run")
     };
-    assert_eq!(args.shell.as_deref(), Some(std::ffi::OsStr::new("a; b")));
+    assert_eq!(
+        args.supervision.shell.as_deref(),
+        Some(std::ffi::OsStr::new("a; b"))
+    );
     let cli = Cli::try_parse_from(["pglease", "inspect", "job-1"]).unwrap();
     let Command::Inspect(args) = cli.command else {
         panic!("not inspect")
@@ -75,7 +79,7 @@ fn run_takes_the_command_after_the_separator() {
     let Command::Run(args) = cli.command else {
         panic!("not run")
     };
-    assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+    assert_eq!(args.supervision.command, ["sh", "-c", "exit 3"]);
     assert_eq!(args.wait.wait, Duration::ZERO);
-    assert_eq!(args.kill_after, Duration::from_secs(10));
+    assert_eq!(args.supervision.kill_after, Duration::from_secs(10));
 }

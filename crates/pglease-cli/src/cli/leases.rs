@@ -1,0 +1,142 @@
+//! The command line of the commands that operate leases by hand: `acquire`, `renew`, `release`,
+//! `inspect`, `list`, `purge`, and `leader` (who holds an election's key).
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{
+    ConnArgs, EpochArg, KeyArg, OutputArgs, TtlArg, WaitArg, parse_name, parse_prefix, parse_wait,
+};
+
+/// Options of `pglease acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub ttl: TtlArg,
+    #[command(flatten)]
+    pub wait: WaitArg,
+
+    /// Who acquires the lease (1 to 1024 bytes). Default: $PGLEASE_OWNER, else
+    /// `<hostname>-<pid>-<nonce>` (printed, so you can pass it to renew and release).
+    #[arg(short, long, value_name = "OWNER", value_parser = parse_name, env = "PGLEASE_OWNER", help_heading = "Lease")]
+    pub owner: Option<String>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// The owner of an existing grant (renew, release).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Lease")]
+pub struct OwnerArg {
+    /// The owner the lease was acquired as.
+    #[arg(short, long, value_name = "OWNER", value_parser = parse_name, env = "PGLEASE_OWNER")]
+    pub owner: String,
+}
+
+/// Options of `pglease renew`.
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+    #[command(flatten)]
+    pub epoch: EpochArg,
+    #[command(flatten)]
+    pub ttl: TtlArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+    #[command(flatten)]
+    pub epoch: EpochArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The key (1 to 1024 bytes); or give it with --key.
+    #[arg(value_name = "KEY", value_parser = parse_name, required_unless_present = "key_option",
+          conflicts_with = "key_option")]
+    pub key: Option<String>,
+    /// The key: the name of the resource (1 to 1024 bytes, compared byte for byte).
+    #[arg(short = 'k', long = "key", id = "key_option", value_name = "KEY", value_parser = parse_name,
+          help_heading = "Lease")]
+    pub key_option: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys starting with this prefix (byte for byte).
+    #[arg(value_name = "PREFIX", value_parser = parse_prefix)]
+    pub prefix: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Forget keys free or lapsed for longer than this, e.g. 1d, 12h (0 to 365 days).
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait, allow_hyphen_values = true)]
+    pub older_than: Duration,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+impl InspectArgs {
+    /// The key, whichever way it was given.
+    pub fn key(&self) -> &str {
+        self.key
+            .as_deref()
+            .or(self.key_option.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// Options of `pglease leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// The election's name (as given to `pglease elect`).
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+
+    /// Keep watching: print the current state, then a line per change, until interrupted.
+    ///
+    /// With --json, one JSON document per line.
+    #[arg(long)]
+    pub watch: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}

@@ -1,0 +1,67 @@
+//! The command line of `pglease local ...` (the embedded local server) and `pglease demo`.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::{OutputArgs, parse_run_ttl};
+
+/// `pglease local ...`.
+#[derive(Debug, Subcommand)]
+pub enum LocalCommand {
+    /// Start the local server (creating it on first use) and install pg_lease; a no-op if running.
+    Start(LocalStartArgs),
+    /// Stop the local server (fast shutdown); its data stays for the next start.
+    Stop,
+    /// Say whether the local server runs, and its version, directory and URL.
+    Status(LocalStatusArgs),
+    /// Print a connection URL for the local server (starting it if needed), e.g. for psql.
+    Url(LocalUrlArgs),
+}
+
+/// The PostgreSQL version of a new local server.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct PgVersionArg {
+    /// PostgreSQL major version for a new local server (14 to 18); an existing one keeps its own.
+    #[arg(long, value_name = "MAJOR", env = "PGLEASE_LOCAL_PG_VERSION", default_value_t = 15,
+          value_parser = clap::value_parser!(u32).range(14..=18))]
+    pub pg_version: u32,
+}
+
+/// Options of `pglease local start`.
+#[derive(Debug, Args)]
+pub struct LocalStartArgs {
+    #[command(flatten)]
+    pub pg: PgVersionArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Options of `pglease local status`.
+#[derive(Debug, Args)]
+pub struct LocalStatusArgs {
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Options of `pglease local url`.
+#[derive(Debug, Args)]
+pub struct LocalUrlArgs {
+    #[command(flatten)]
+    pub pg: PgVersionArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Options of `pglease demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// PostgreSQL major version to run (14 to 18).
+    #[arg(long, value_name = "MAJOR", default_value_t = 15, value_parser = clap::value_parser!(u32).range(14..=18))]
+    pub pg_version: u32,
+
+    /// Lease time-to-live used by the workers (e.g. 2s, 1500ms).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_run_ttl,
+          allow_hyphen_values = true)]
+    pub ttl: Duration,
+}

@@ -1,0 +1,122 @@
+//! The parsers that reject bad values (durations, keys, owners, data) before anything else happens,
+//! bounded by the SQL API's limits (365 days; keys and owners of 1 to 1024 bytes), from the library's
+//! one table.
+
+use std::time::Duration;
+
+use pglease::limits::{
+    MAX_DATA_BYTES, MAX_INTERVAL, MAX_NAME_BYTES, MAX_SEMAPHORE_BYTES, MIN_NAME_BYTES,
+};
+
+/// The shortest ttl `run` accepts: the keepalive needs `ttl > 2 × (ttl / 1000 + 20ms)` (its
+/// default safety margin, see the client's `ClientBuilder::safety_margin`), so 41ms.
+pub const MIN_RUN_TTL: Duration = Duration::from_millis(41);
+
+/// Parses a human duration (`30s`, `2m`, `1500ms`, `1h 30m`), zero allowed, at most 365 days.
+pub fn parse_wait(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s.starts_with('-') {
+        return Err("must not be negative (examples: 30s, 2m, 1500ms)".into());
+    }
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 2m, 1500ms)"))?;
+    if d > MAX_INTERVAL {
+        return Err(format!(
+            "must be at most {} days",
+            MAX_INTERVAL.as_secs() / 86_400
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses `--wait`: a duration as [`parse_wait`], or `forever` (365 days, the SQL API's limit).
+pub fn parse_wait_arg(s: &str) -> Result<Duration, String> {
+    match s.trim() {
+        "forever" | "infinity" => Ok(MAX_INTERVAL),
+        _ => parse_wait(s),
+    }
+}
+
+/// Parses a ttl: a human duration of at least a millisecond, at most 365 days.
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse_wait(s)?;
+    if d < Duration::from_millis(1) {
+        return Err("must be at least 1ms".into());
+    }
+    Ok(d)
+}
+
+/// Parses the ttl of a kept-alive lease: at least [`MIN_RUN_TTL`], at most 365 days.
+pub fn parse_run_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse_wait(s)?;
+    if d < MIN_RUN_TTL {
+        return Err(format!(
+            "must be at least {}ms (the keepalive's safety margin needs it)",
+            MIN_RUN_TTL.as_millis()
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses `--request-timeout`: above zero, at most 365 days.
+pub fn parse_request_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_wait(s)?;
+    if d.is_zero() {
+        return Err("must be above zero".into());
+    }
+    Ok(d)
+}
+
+/// Parses a key or owner: 1 to 1024 bytes.
+pub fn parse_name(s: &str) -> Result<String, String> {
+    if s.len() < MIN_NAME_BYTES {
+        return Err("must not be empty".into());
+    }
+    parse_prefix(s)
+}
+
+/// Parses `--data`: at most 8192 bytes.
+pub fn parse_data(s: &str) -> Result<String, String> {
+    if s.len() > MAX_DATA_BYTES {
+        return Err(format!(
+            "must be at most {MAX_DATA_BYTES} bytes (got {})",
+            s.len()
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// Whether `run --limit` may use `key` as a semaphore name (room for `#N` within 1024 bytes).
+pub fn semaphore_name_fits(key: &str) -> Result<(), String> {
+    if key.len() > MAX_SEMAPHORE_BYTES {
+        return Err(format!(
+            "with --limit, --key names a semaphore and must be at most {MAX_SEMAPHORE_BYTES} bytes \
+             (got {}): its slot keys add '#N'",
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Parses `run --owner`: 1 byte, and room for the nonce `run` appends within 1024 bytes.
+pub fn parse_run_owner(s: &str) -> Result<String, String> {
+    let max = MAX_NAME_BYTES - crate::owner::OWNER_SUFFIX_BYTES;
+    if s.len() > max {
+        return Err(format!(
+            "must be at most {max} bytes (got {}): run appends a {}-byte nonce",
+            s.len(),
+            crate::owner::OWNER_SUFFIX_BYTES
+        ));
+    }
+    parse_name(s)
+}
+
+/// Parses a list prefix: at most 1024 bytes.
+pub fn parse_prefix(s: &str) -> Result<String, String> {
+    if s.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "must be at most {MAX_NAME_BYTES} bytes (got {})",
+            s.len()
+        ));
+    }
+    Ok(s.to_owned())
+}
