@@ -184,6 +184,27 @@ impl Seen {
         self.0.lock().unwrap().len()
     }
 
+    /// Runs `consumer` in a task with a handler that records every delivery as `owner`'s and
+    /// succeeds.
+    pub fn run(
+        &self,
+        consumer: &pglease_queue::Consumer,
+        owner: &str,
+    ) -> tokio::task::JoinHandle<pglease_queue::Result<()>> {
+        let (consumer, seen, owner) = (consumer.clone(), self.clone(), owner.to_owned());
+        tokio::spawn(async move {
+            consumer
+                .run(move |d: pglease_queue::Delivery| {
+                    let (seen, owner) = (seen.clone(), owner.clone());
+                    async move {
+                        seen.push(&owner, &d);
+                        Ok::<(), std::io::Error>(())
+                    }
+                })
+                .await
+        })
+    }
+
     /// Waits until at least `n` calls were seen.
     pub async fn wait_for(&self, n: usize, limit: Duration) -> Vec<Handled> {
         eventually(&format!("{n} handler calls"), limit, || async {

@@ -41,20 +41,7 @@ async fn a_consumer_handles_every_message_once_in_key_order() {
         .build()
         .unwrap();
     let seen = Seen::default();
-    let run = tokio::spawn({
-        let (consumer, seen, owner) = (consumer.clone(), seen.clone(), owner.clone());
-        async move {
-            consumer
-                .run(move |d: Delivery| {
-                    let (seen, owner) = (seen.clone(), owner.clone());
-                    async move {
-                        seen.push(&owner, &d);
-                        Ok::<(), std::io::Error>(())
-                    }
-                })
-                .await
-        }
-    });
+    let run = seen.run(&consumer, &owner);
     let all = seen.wait_for(sent, LIMIT).await;
     let mut per_key: HashMap<String, Vec<i64>> = HashMap::new();
     for h in &all {
