@@ -24,8 +24,32 @@ pub(crate) struct Holder<'a> {
 
 impl Holder<'_> {
     fn partition_i32(&self) -> i32 {
-        i32::try_from(self.partition).unwrap_or(i32::MAX)
+        partition_arg(self.partition)
     }
+}
+
+/// A partition number as the SQL API's `integer`; one above its range is sent as `i32::MAX`,
+/// which no queue has (at most 1024 partitions), so the server refuses it as it refuses any
+/// partition the queue does not have.
+fn partition_arg(partition: u32) -> i32 {
+    i32::try_from(partition).unwrap_or(i32::MAX)
+}
+
+/// The grant of a claim's row from column `at` on: its epoch, expiry and the time left.
+fn claimed(
+    row: &tokio_postgres::Row,
+    partition: u32,
+    at: usize,
+    call: &str,
+) -> Result<PartitionGrant> {
+    Ok(PartitionGrant {
+        partition,
+        grant: pglease::Grant {
+            epoch: get(row, at, call)?,
+            expires_at: get::<SystemTime>(row, at + 1, call)?,
+        },
+        left: from_micros(get(row, at + 2, call)?),
+    })
 }
 
 /// A partition granted by `claim` or `claim_any`.
@@ -54,7 +78,7 @@ pub(crate) async fn claim<C: GenericClient>(
     ttl: Duration,
 ) -> Result<Option<PartitionGrant>> {
     const CALL: &str = "lease_queue.claim";
-    let p = i32::try_from(partition).unwrap_or(i32::MAX);
+    let p = partition_arg(partition);
     let ttl = micros(ttl);
     let row = one(
         sql::query(
@@ -73,14 +97,7 @@ pub(crate) async fn claim<C: GenericClient>(
     if !get::<bool>(&row, 0, CALL)? {
         return Ok(None);
     }
-    Ok(Some(PartitionGrant {
-        partition,
-        grant: pglease::Grant {
-            epoch: get(&row, 1, CALL)?,
-            expires_at: get::<SystemTime>(&row, 2, CALL)?,
-        },
-        left: from_micros(get(&row, 3, CALL)?),
-    }))
+    claimed(&row, partition, 1, CALL).map(Some)
 }
 
 /// `claim_any`: any free partition for `owner` for `ttl`.
@@ -108,15 +125,9 @@ pub(crate) async fn claim_any<C: GenericClient>(
     if !get::<bool>(&row, 0, CALL)? {
         return Ok(None);
     }
-    let partition = get::<i32>(&row, 1, CALL)?;
-    Ok(Some(PartitionGrant {
-        partition: u32::try_from(partition).map_err(|_| Error::protocol("negative partition"))?,
-        grant: pglease::Grant {
-            epoch: get(&row, 2, CALL)?,
-            expires_at: get::<SystemTime>(&row, 3, CALL)?,
-        },
-        left: from_micros(get(&row, 4, CALL)?),
-    }))
+    let partition = u32::try_from(get::<i32>(&row, 1, CALL)?)
+        .map_err(|_| Error::protocol("negative partition"))?;
+    claimed(&row, partition, 2, CALL).map(Some)
 }
 
 /// `receive`: the open batch (or a new one) of up to `batch_size` messages.
@@ -255,7 +266,7 @@ pub(crate) async fn next_due<C: GenericClient>(
     partition: u32,
 ) -> Result<Option<Duration>> {
     const CALL: &str = "lease_queue.next_due";
-    let partition = i32::try_from(partition).unwrap_or(i32::MAX);
+    let partition = partition_arg(partition);
     let row = one(
         sql::query(
             db,
