@@ -638,16 +638,41 @@ async fn after_a_promotion_the_quarantine_refuses_new_grants_until_every_lost_gr
         .unwrap()
         .get(0);
     assert_eq!(until_after, until);
-    // A blocking acquire waits through the quarantine and is granted after it, above the lost epoch.
-    let (got, epoch, _) = within(
-        "a blocking acquire through the quarantine",
-        try_acquire(&s, lost, "n1", "8 s", "20 s"),
-    )
-    .await
-    .unwrap();
+    // A blocking acquire, of a key or of a semaphore's slot, whose wait runs out during the
+    // quarantine is refused with LE004, as a non-blocking one.
+    assert_eq!(
+        try_acquire_code(&s, other, "n1", "8 s", "0.3 s")
+            .await
+            .as_deref(),
+        Some("LE004"),
+        "a blocking acquire whose wait ends in the quarantine"
+    );
+    assert_eq!(
+        try_acquire_slot_code(&s, "failover/quarantine/sem", "n1", "0.3 s")
+            .await
+            .as_deref(),
+        Some("LE004"),
+        "a blocking acquire_slot whose wait ends in the quarantine"
+    );
+    assert!(
+        !crate::server_clock_reached(&s, until).await,
+        "the refusals above came during the quarantine"
+    );
+    // A blocking acquire waits through the quarantine and is granted after it, above the lost epoch;
+    // so does a blocking acquire_slot, at the same time.
+    let s2 = standby.app().await;
+    let (key_grant, slot_grant) = within("blocking acquires through the quarantine", async {
+        tokio::join!(
+            try_acquire(&s, lost, "n1", "8 s", "20 s"),
+            try_acquire_slot_code(&s2, "failover/quarantine/sem", "n1", "20 s"),
+        )
+    })
+    .await;
+    let (got, epoch, _) = key_grant.unwrap();
     assert!(got);
     let epoch = epoch.unwrap();
     assert!(epoch > lost_epoch && epoch >= BAND, "{epoch}");
+    assert_eq!(slot_grant, None, "the slot is granted after the quarantine");
     assert!(
         crate::server_clock_reached(&s, until).await,
         "granted only once the quarantine was over"
@@ -674,6 +699,32 @@ async fn try_acquire_code(
     .await
     .err()
     .map(|e| code_of(&e))
+}
+
+/// `lease.acquire_slot`'s SQLSTATE (a semaphore of two slots, ttl 8 s) if it failed, `None` if it
+/// was granted; panics if it answered without a grant.
+async fn try_acquire_slot_code(
+    c: &Client,
+    semaphore: &str,
+    owner: &str,
+    wait: &str,
+) -> Option<String> {
+    match c
+        .query_one(
+            "SELECT acquired FROM lease.acquire_slot($1, $2, '8 s', 2, $3::text::interval)",
+            &[&semaphore, &owner, &wait],
+        )
+        .await
+    {
+        Ok(row) => {
+            assert!(
+                row.get::<_, bool>(0),
+                "{semaphore}: a free slot was not granted"
+            );
+            None
+        }
+        Err(e) => Some(code_of(&e)),
+    }
 }
 
 /// F39: a min epoch raised on one timeline (a slot moved in, SEMANTICS §8.5) stays above what that

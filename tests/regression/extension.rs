@@ -242,6 +242,10 @@ async fn make_lease_state(db: &str) {
     let e = grant(&admin, "kept", "w", "1 hour").await;
     release(&admin, "kept", "w", e).await; // created at 9, counter 10
     assert_eq!(grant(&admin, "held", "w", "1 hour").await, 9);
+    admin
+        .batch_execute("SELECT lease.configure('2 hours')")
+        .await
+        .unwrap();
 }
 
 /// What [`make_lease_state`] made, as found in `db`.
@@ -263,6 +267,13 @@ async fn check_lease_state(db: &str, how: &str) {
         grant(&c, "purged", "w", "1 hour").await,
         9,
         "{how}: floor restored, above the purged counter 8"
+    );
+    assert_eq!(
+        pglease_tests::expect_error(&c, "SELECT lease.acquire('capped', 'w', '3 hours')")
+            .await
+            .code,
+        "22023",
+        "{how}: the ttl cap restored"
     );
 }
 

@@ -162,6 +162,56 @@ async fn every_call_that_sets_a_ttl_refuses_one_above_the_cap_and_changes_nothin
     assert!(inspect(&app, "held").await.unwrap().0);
 }
 
+/// Every call that sets a ttl judges it by the settings committed when it runs, in a session that
+/// made the same calls before anything was configured (its plans cached, its fast path taken) as in
+/// any other: a cap not committed yet does not apply, a committed one does, a cleared one no more.
+#[tokio::test]
+async fn a_cap_applies_from_the_commit_of_configure_to_sessions_that_ran_before_it() {
+    let (admin, app, _) = fresh("settings_cap_commit").await;
+    let epoch = grant(&app, "held", "w", "1 hour").await;
+    let calls = |ttl: &str| {
+        [
+            format!("SELECT lease.acquire('new', 'w', '{ttl}')"),
+            format!("SELECT lease.acquire('new', 'w', '{ttl}', '1 s')"),
+            format!("SELECT lease.renew('held', 'w', {epoch}, '{ttl}')"),
+            format!(
+                "SELECT * FROM lease.renew_many('w', ARRAY['held'], ARRAY[{epoch}::bigint], '{ttl}')"
+            ),
+            format!("SELECT lease.acquire_slot('sem', 'w', '{ttl}', 2)"),
+        ]
+    };
+    let all_succeed = |why: &'static str| {
+        let app = &app;
+        let calls = calls("11 minutes");
+        async move {
+            for sql in calls {
+                if let Err(e) = app.batch_execute(&sql).await {
+                    panic!("{why}: {sql}: {e:?}");
+                }
+            }
+        }
+    };
+    all_succeed("nothing configured").await;
+    admin
+        .batch_execute("BEGIN; SELECT lease.configure('10 minutes')")
+        .await
+        .unwrap();
+    all_succeed("a cap not committed yet").await;
+    admin.batch_execute("COMMIT").await.unwrap();
+    for sql in calls("11 minutes") {
+        assert_eq!(
+            expect_error(&app, &sql).await.code,
+            "22023",
+            "{sql}: the committed cap"
+        );
+    }
+    admin
+        .batch_execute("SELECT lease.configure(NULL)")
+        .await
+        .unwrap();
+    all_succeed("the cap cleared").await;
+}
+
 #[tokio::test]
 async fn the_cap_names_itself_alongside_other_violations() {
     let (admin, app, _) = fresh("settings_cap_detail").await;

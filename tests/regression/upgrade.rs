@@ -168,6 +168,10 @@ async fn script_install_up_to(admin: &tokio_postgres::Client, version: &str) {
                 "-- pglease:extension-only\nSELECT pg_catalog.pg_extension_config_dump('lease.epoch_floor', 'WHERE NOT sentinel');",
                 "",
             )
+            .replace(
+                "-- pglease:extension-only\nSELECT pg_catalog.pg_extension_config_dump('lease.settings', '');",
+                "",
+            )
             .replace("@extowner@", ADMIN);
         sql.push_str(&script);
         sql.push(';');

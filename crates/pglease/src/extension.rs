@@ -69,7 +69,7 @@ pub struct Extension {
 pub const PG_LEASE: Extension = Extension {
     name: "pg_lease",
     schema: "lease",
-    version: "0.7.0",
+    version: "0.7.1",
     control: include_str!("../../../extensions/pg_lease/pg_lease.control"),
     requires: &[],
     lock_key: i64::from_be_bytes(*b"pg_lease"),
@@ -117,10 +117,16 @@ pub const PG_LEASE: Extension = Extension {
             script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.6.0--0.7.0.sql"),
         },
         Migration {
+            from: Some("0.7.0"),
+            to: "0.7.1",
+            file: "pg_lease--0.7.0--0.7.1.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.0--0.7.1.sql"),
+        },
+        Migration {
             from: None,
-            to: "0.7.0",
-            file: "pg_lease--0.7.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.0.sql"),
+            to: "0.7.1",
+            file: "pg_lease--0.7.1.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.1.sql"),
         },
     ],
 };
@@ -179,7 +185,7 @@ pub const CONTROL: &str = PG_LEASE.control;
 /// # Examples
 ///
 /// ```
-/// assert_eq!(pglease::VERSION, "0.7.0");
+/// assert_eq!(pglease::VERSION, "0.7.1");
 /// ```
 pub const VERSION: &str = PG_LEASE.version;
 
@@ -283,7 +289,7 @@ mod tests {
     use super::*;
 
     /// The install script of the current version.
-    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.0.sql");
+    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.1.sql");
 
     pub(crate) fn transform(script: &str, extowner: &str) -> String {
         PG_LEASE.transform(script, extowner)
@@ -450,7 +456,7 @@ mod tests {
                 .steps_after(v)
                 .map(|s| s.iter().map(|m| m.file).collect())
         };
-        assert_eq!(files(None).unwrap(), ["pg_lease--0.7.0.sql"]);
+        assert_eq!(files(None).unwrap(), ["pg_lease--0.7.1.sql"]);
         assert!(files(Some(VERSION)).unwrap().is_empty());
         assert_eq!(
             files(Some("0.1.0")).unwrap(),
@@ -460,7 +466,8 @@ mod tests {
                 "pg_lease--0.3.0--0.4.0.sql",
                 "pg_lease--0.4.0--0.5.0.sql",
                 "pg_lease--0.5.0--0.6.0.sql",
-                "pg_lease--0.6.0--0.7.0.sql"
+                "pg_lease--0.6.0--0.7.0.sql",
+                "pg_lease--0.7.0--0.7.1.sql"
             ]
         );
         assert_eq!(
@@ -469,14 +476,15 @@ mod tests {
                 "pg_lease--0.3.0--0.4.0.sql",
                 "pg_lease--0.4.0--0.5.0.sql",
                 "pg_lease--0.5.0--0.6.0.sql",
-                "pg_lease--0.6.0--0.7.0.sql"
+                "pg_lease--0.6.0--0.7.0.sql",
+                "pg_lease--0.7.0--0.7.1.sql"
             ]
         );
         assert!(files(Some("9.9.9")).is_none());
         assert_eq!(
             PG_LEASE.versions(),
             [
-                "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0"
+                "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.7.1"
             ]
         );
     }

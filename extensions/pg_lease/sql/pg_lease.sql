@@ -340,6 +340,15 @@ AS $$
                 ELSE '{}'::text[] END
 $$;
 
+-- The installing role's ttl cap in seconds (lease.configure); 365 days when none is set.
+CREATE FUNCTION lease._ttl_cap_seconds()
+RETURNS double precision
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl) FROM lease.settings AS s), 31536000)
+$$;
+
 -- The server's current WAL timeline: read from the name of the WAL file being written, which changes
 -- at the moment of a promotion (the checkpoint's timeline changes only at the next checkpoint).
 CREATE FUNCTION lease._timeline()
@@ -354,8 +363,9 @@ $$;
 -- The end of the failover quarantine on `timeline`, given the configured length `quarantine` (NULL:
 -- off, returns NULL). The quarantine starts at the first call that asks with start = true on a
 -- timeline other than the one in lease.quarantine_mark; without start, a quarantine not begun yet is
--- NULL, and so is the timeline lease.configure turned the quarantine on in (start 0). Concurrent first calls may each record a start: the last one counts, all are after the
--- promotion. The end may be in the past (over).
+-- NULL, and so is the timeline lease.configure turned the quarantine on in (start 0). Concurrent
+-- first calls may each record a start: the last one counts, all are after the promotion. The end
+-- may be in the past (over).
 CREATE FUNCTION lease._quarantine_end(timeline bigint, quarantine interval, start boolean)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -404,11 +414,40 @@ BEGIN
 END
 $$;
 
+-- The pause of a blocking acquire or acquire_slot whose attempt found the key (a slot) free but was
+-- refused with LE004: sleeps to the quarantine's end, the next poll (at most 50 ms) or `deadline`,
+-- whichever is first, and returns, so that the caller attempts again; at or after `deadline` raises
+-- LE004 instead (naming `fn` and `key`, the key or the semaphore). Returns at once when the
+-- quarantine is over by now: the next attempt is then granted or refused on its merits.
+CREATE FUNCTION lease._pause_in_quarantine(fn text, key text, deadline timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_timeline bigint := lease._timeline();
+    v_until timestamptz := lease._quarantine_end(
+        v_timeline, (SELECT s.failover_quarantine FROM lease.settings AS s), true);
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF (v_until > v_now) IS NOT TRUE THEN
+        RETURN;                              -- over (or turned off) since the attempt
+    END IF;
+    IF v_now >= deadline THEN
+        PERFORM lease._raise_quarantined(fn, key, v_timeline, v_until);
+    END IF;
+    PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch',
+        LEAST(interval '50 milliseconds', v_until - v_now, deadline - v_now)));
+END
+$$;
+
 REVOKE ALL ON FUNCTION lease._text_violations(text, text, boolean, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._max_ttl_violations(interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._ttl_cap_seconds() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._timeline() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._quarantine_end(bigint, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_quarantined(text, text, bigint, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._pause_in_quarantine(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._interval_violations(text, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._data_violations(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid_input(text, text[]) FROM PUBLIC;
@@ -457,42 +496,48 @@ DECLARE
     v_quarantine interval;       -- the failover quarantine's length (lease.configure); NULL: off
     v_quarantined timestamptz;   -- in a failover quarantine until then: no new grant (§8.4)
 BEGIN
-    -- The timeline, the least epoch of a grant on it, and the installing role's settings, in one read.
-    -- The band of timeline t is (t - 1) * 2^40; a min epoch set on timeline t0 rises by 2^40 on every
-    -- later timeline, so that it stays above what the old timeline granted (§8.5).
-    SELECT t.t, GREATEST((t.t - 1) * 1099511627776,
-                         s.min_epoch + GREATEST(t.t - s.min_epoch_timeline, 0) * 1099511627776),
-           s.max_ttl, s.failover_quarantine
-      INTO v_timeline, v_floor, v_max_ttl, v_quarantine
-      FROM (SELECT ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
-                       ::pg_catalog.bit(32)::bigint AS t) AS t          -- lease._timeline(), inline
-      LEFT JOIN lease.settings AS s ON true;
-    IF v_quarantine IS NOT NULL THEN
-        v_quarantined := lease._quarantine_end(v_timeline, v_quarantine, true);
-        IF v_quarantined <= pg_catalog.clock_timestamp() THEN
-            v_quarantined := NULL;           -- over
-        END IF;
-    END IF;
-
-    -- The common case first: an owner of 1..1024 bytes, a ttl in (0, 365 days], no wait and data of
-    -- at most 8192 bytes (lengths
-    -- of durations in seconds, as everywhere: EXTRACT(epoch ...) is date_part's value, exact). The
-    -- key needs no check here: an invalid key matches no row, and the path below validates every
-    -- argument before it reads or creates a row for a key the UPDATE did not find. (Range tests keep
-    -- the expression small: PL/pgSQL sets up each of its operators and functions in every
-    -- transaction.)
+    -- The common case first, in one expression: an owner of 1..1024 bytes, a ttl in (0, 365 days], no
+    -- wait, data of at most 8192 bytes (lengths of durations in seconds, as everywhere: EXTRACT(epoch
+    -- ...) is date_part's value, exact), WAL timeline 1 and nothing configured. The key needs no
+    -- check here: an invalid key matches no row, and the path below validates every argument before
+    -- it reads or creates a row for a key the UPDATE did not find. (Range tests keep the expression
+    -- small: PL/pgSQL sets up each of its operators and functions in every transaction.)
+    -- The timeline is in the name of the WAL file being written (8 hex digits), which changes at the
+    -- moment of a promotion. On timeline 1 (a server never promoted) the band is 0; with nothing
+    -- configured there is no min epoch, ttl cap or quarantine: the floor is the key's own counter.
+    -- "Nothing configured" is an empty lease.settings on disk, read without a scan: a settings row,
+    -- committed or not, occupies a page, so a size of 0 means no row, and any other size (a row, or
+    -- a page a deleted row left behind) takes the path below, which reads the settings.
     IF (pg_catalog.octet_length(acquire.owner) <@ '[1,1024]'::pg_catalog.int4range
         AND EXTRACT(epoch FROM acquire.ttl) <@ '(0,31536000]'::pg_catalog.numrange
         AND EXTRACT(epoch FROM acquire.wait) = 0
         AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192
-        AND (v_max_ttl IS NULL OR EXTRACT(epoch FROM acquire.ttl) <= EXTRACT(epoch FROM v_max_ttl))) IS NOT TRUE
+        AND pg_catalog.starts_with(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), '00000001')
+        AND pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0) IS NOT TRUE
     THEN
-        -- Invalid input (22023, naming every violation), or a blocking acquire.
+        -- The timeline, the least epoch of a grant on it, and the installing role's settings. The
+        -- band of timeline t is (t - 1) * 2^40; a min epoch set on timeline t0 rises by 2^40 on
+        -- every later timeline, so that it stays above what the old timeline granted (§8.5).
+        v_timeline := lease._timeline();
+        SELECT GREATEST((v_timeline - 1) * 1099511627776,
+                        s.min_epoch + GREATEST(v_timeline - s.min_epoch_timeline, 0) * 1099511627776),
+               s.max_ttl, s.failover_quarantine
+          INTO v_floor, v_max_ttl, v_quarantine
+          FROM (SELECT) AS t
+          LEFT JOIN lease.settings AS s ON true;
+        IF v_quarantine IS NOT NULL THEN
+            v_quarantined := lease._quarantine_end(v_timeline, v_quarantine, true);
+            IF v_quarantined <= pg_catalog.clock_timestamp() THEN
+                v_quarantined := NULL;       -- over
+            END IF;
+        END IF;
+
+        -- Invalid input: 22023, naming every violation, before anything is read or written.
         IF (acquire.key <> '' AND pg_catalog.octet_length(acquire.key) <= 1024
             AND acquire.owner <> '' AND pg_catalog.octet_length(acquire.owner) <= 1024
             AND pg_catalog.date_part('epoch', acquire.ttl) > 0
             AND pg_catalog.date_part('epoch', acquire.ttl) <= 31536000
-            AND pg_catalog.date_part('epoch', acquire.wait) > 0                 -- wait in [0, 365 days]
+            AND pg_catalog.date_part('epoch', acquire.wait) >= 0                -- wait in [0, 365 days]
             AND pg_catalog.date_part('epoch', acquire.wait) <= 31536000
             AND pg_catalog.octet_length(COALESCE(acquire.data, '')) <= 8192
             AND (v_max_ttl IS NULL OR pg_catalog.date_part('epoch', acquire.ttl)
@@ -507,57 +552,54 @@ BEGIN
                 || lease._data_violations(acquire.data));
         END IF;
 
-        -- Blocking: each attempt is a non-blocking acquire in a subtransaction. A refused attempt is
-        -- rolled back, so the sleep below holds no row lock (PostgreSQL keeps the row lock of an
-        -- UPDATE whose re-check failed after it raced a concurrent change of the row).
-        v_deadline := pg_catalog.clock_timestamp()
-                      + pg_catalog.date_part('epoch', acquire.wait) * interval '1 second';
-        LOOP
-            BEGIN
-                SELECT a.acquired, a.epoch, a.expires_at
-                  INTO r.acquired, r.epoch, r.expires_at
-                  FROM lease.acquire(acquire.key, acquire.owner, acquire.ttl, interval '0', acquire.data) AS a;
-                IF r.acquired THEN
-                    RETURN r;
-                END IF;
-                RAISE no_data_found;             -- roll back the refused attempt and its locks
-            EXCEPTION
-                WHEN no_data_found THEN
-                    NULL;
-                WHEN SQLSTATE 'LE004' THEN
-                    -- The key is free, but this server is in a failover quarantine: sleep to its end
-                    -- (the next poll), never past our deadline; at the deadline, say so (LE004).
-                    v_quarantined := lease._quarantine_end(v_timeline, v_quarantine, true);
-                    v_now := pg_catalog.clock_timestamp();
-                    IF v_now >= v_deadline THEN
-                        PERFORM lease._raise_quarantined('lease.acquire', acquire.key, v_timeline, v_quarantined);
+        IF pg_catalog.date_part('epoch', acquire.wait) > 0 THEN
+            -- Blocking: each attempt is a non-blocking acquire in a subtransaction. A refused attempt
+            -- is rolled back, so the sleep below holds no row lock (PostgreSQL keeps the row lock of
+            -- an UPDATE whose re-check failed after it raced a concurrent change of the row).
+            v_deadline := pg_catalog.clock_timestamp()
+                          + pg_catalog.date_part('epoch', acquire.wait) * interval '1 second';
+            LOOP
+                BEGIN
+                    SELECT a.acquired, a.epoch, a.expires_at
+                      INTO r.acquired, r.epoch, r.expires_at
+                      FROM lease.acquire(acquire.key, acquire.owner, acquire.ttl, interval '0',
+                                         acquire.data) AS a;
+                    IF r.acquired THEN
+                        RETURN r;
                     END IF;
-                    PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', LEAST(interval '50 milliseconds',
-                        GREATEST(v_quarantined - v_now, interval '0'), v_deadline - v_now)));
+                    RAISE no_data_found;             -- roll back the refused attempt and its locks
+                EXCEPTION
+                    WHEN no_data_found THEN
+                        NULL;
+                    WHEN SQLSTATE 'LE004' THEN
+                        -- The key is free, but this server is in a failover quarantine.
+                        PERFORM lease._pause_in_quarantine('lease.acquire', acquire.key, v_deadline);
+                        CONTINUE;
+                END;
+                -- Held by another owner (as of a moment ago): sleep to the next poll, but never past
+                -- the holder's expiry or our deadline. A plain read, no lock. If the key is free by
+                -- now (released or lapsed since the attempt), try again at once, deadline or not: the
+                -- wait runs out (57014) only on a key that another owner held at the last attempt and
+                -- still holds after the deadline.
+                SELECT l.expires_at INTO v_expires_at
+                  FROM lease.leases AS l
+                 WHERE l.key = acquire.key AND l.owner IS NOT NULL;
+                v_now := pg_catalog.clock_timestamp();
+                IF (v_expires_at > v_now) IS NOT TRUE THEN
                     CONTINUE;
-            END;
-            -- Held by another owner (as of a moment ago): sleep to the next poll, but never past the
-            -- holder's expiry or our deadline. A plain read, no lock. If the key is free by now
-            -- (released or lapsed since the attempt), try again at once, deadline or not: the wait
-            -- runs out (57014) only on a key that another owner held at the last attempt and still
-            -- holds after the deadline.
-            SELECT l.expires_at INTO v_expires_at
-              FROM lease.leases AS l
-             WHERE l.key = acquire.key AND l.owner IS NOT NULL;
-            v_now := pg_catalog.clock_timestamp();
-            IF (v_expires_at > v_now) IS NOT TRUE THEN
-                CONTINUE;
-            END IF;
-            IF v_now >= v_deadline THEN
-                RAISE EXCEPTION USING
-                    ERRCODE = '57014',
-                    MESSAGE = 'lease.acquire: wait bound exceeded for key ' || pg_catalog.quote_literal(acquire.key),
-                    DETAIL  = 'The key is held by another owner until ' || v_expires_at || '.',
-                    HINT    = 'Retry later, or wait longer than the holder''s remaining time.';
-            END IF;
-            PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', LEAST(interval '50 milliseconds',
-                COALESCE(v_expires_at - v_now, interval '0'), v_deadline - v_now)));
-        END LOOP;
+                END IF;
+                IF v_now >= v_deadline THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = '57014',
+                        MESSAGE = 'lease.acquire: wait bound exceeded for key '
+                                  || pg_catalog.quote_literal(acquire.key),
+                        DETAIL  = 'The key is held by another owner until ' || v_expires_at || '.',
+                        HINT    = 'Retry later, or wait longer than the holder''s remaining time.';
+                END IF;
+                PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', LEAST(interval '50 milliseconds',
+                    COALESCE(v_expires_at - v_now, interval '0'), v_deadline - v_now)));
+            END LOOP;
+        END IF;
     END IF;
 
     LOOP
@@ -704,18 +746,28 @@ DECLARE
     v_prior timestamptz;         -- the expiry the statement replaced
     v_watched boolean;
 BEGIN
-    -- The ttl and the data are checked first (ttl in (0, 365 days], as in acquire): the UPDATE below
-    -- writes them. The other arguments need no check before it (an invalid key, owner or epoch
-    -- matches no row); they are checked before any refusal.
+    -- The ttl and the data are checked first (ttl in (0, 365 days], as in acquire, and within the
+    -- installing role's cap when one is set): the UPDATE below writes them. The cap is read only when
+    -- lease.settings is not empty on disk (see acquire). The other arguments need no check before
+    -- the UPDATE (an invalid key, owner or epoch matches no row); they are checked before any refusal.
     IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange
-        AND pg_catalog.octet_length(COALESCE(renew.data, '')) <= 8192) IS NOT TRUE
+        AND pg_catalog.octet_length(COALESCE(renew.data, '')) <= 8192
+        AND pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0) IS NOT TRUE
     THEN
-        PERFORM lease._raise_invalid_input('lease.renew',
-            lease._text_violations('key', renew.key, false, false)
-            || lease._text_violations('owner', renew.owner, false, false)
-            || CASE WHEN renew.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
-            || lease._interval_violations('ttl', renew.ttl, true)
-            || lease._data_violations(renew.data));
+        -- Invalid input, or settings to read. (The cap is read in a statement of its own: a function
+        -- named in the expression above would be set up in every transaction, called or not.)
+        IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+            AND pg_catalog.octet_length(COALESCE(renew.data, '')) <= 8192
+            AND EXTRACT(epoch FROM renew.ttl) <= lease._ttl_cap_seconds()) IS NOT TRUE
+        THEN
+            PERFORM lease._raise_invalid_input('lease.renew',
+                lease._text_violations('key', renew.key, false, false)
+                || lease._text_violations('owner', renew.owner, false, false)
+                || CASE WHEN renew.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
+                || lease._interval_violations('ttl', renew.ttl, true)
+                || lease._max_ttl_violations(renew.ttl, (SELECT s.max_ttl FROM lease.settings AS s))
+                || lease._data_violations(renew.data));
+        END IF;
     END IF;
 
     LOOP
@@ -729,10 +781,6 @@ BEGIN
            AND l.owner = renew.owner
            AND l.epoch = renew.epoch
            AND l.expires_at > pg_catalog.clock_timestamp()
-           -- The installing role's ttl cap, if any (a one-time subplan): a renewal above it renews
-           -- nothing and gets 22023 below.
-           AND pg_catalog.date_part('epoch', renew.ttl)
-               <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl) FROM lease.settings AS s), 31536000)
         RETURNING 'ok', l.expires_at, l.prior_expires_at,
                   l.prior_expires_at > pg_catalog.clock_timestamp()
                   AND l.expires_at - pg_catalog.date_part('epoch', renew.ttl) * interval '1 second'
@@ -1189,20 +1237,27 @@ DECLARE
     r lease.renew_result;
 BEGIN
     -- What the statement below relies on: a ttl in (0, 365 days] and within the installing role's
-    -- cap (it writes it) and two
-    -- one-dimensional arrays of the same length (it pairs them up). The owner and each pair need no
-    -- check before it (invalid ones match no row; they send the call down the careful path, which
-    -- checks everything first).
+    -- cap (it writes it) and two one-dimensional arrays of the same length (it pairs them up). The
+    -- owner and each pair need no check before it (invalid ones match no row; they send the call down
+    -- the careful path, which checks everything first).
     IF (EXTRACT(epoch FROM renew_many.ttl) <@ '(0,31536000]'::pg_catalog.numrange
-        AND EXTRACT(epoch FROM renew_many.ttl)
-            <= COALESCE((SELECT EXTRACT(epoch FROM s.max_ttl) FROM lease.settings AS s), 31536000)
+        AND pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0      -- see acquire
         AND v_n <= 100000
         AND v_n = pg_catalog.cardinality(renew_many.epochs)
         AND COALESCE(pg_catalog.array_ndims(renew_many.keys), 1) = 1
         AND COALESCE(pg_catalog.array_ndims(renew_many.epochs), 1) = 1) IS NOT TRUE
     THEN
-        PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
-                                             renew_many.ttl);
+        -- Invalid input (the careful check raises 22023), or settings to read: the cap.
+        IF (EXTRACT(epoch FROM renew_many.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+            AND EXTRACT(epoch FROM renew_many.ttl) <= lease._ttl_cap_seconds()
+            AND v_n <= 100000
+            AND v_n = pg_catalog.cardinality(renew_many.epochs)
+            AND COALESCE(pg_catalog.array_ndims(renew_many.keys), 1) = 1
+            AND COALESCE(pg_catalog.array_ndims(renew_many.epochs), 1) = 1) IS NOT TRUE
+        THEN
+            PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
+                                                 renew_many.ttl);
+        END IF;
     END IF;
 
     -- The fast path: one statement renews every pair whose grant is HELD and reports the others'
@@ -1437,7 +1492,6 @@ DECLARE
     v_next timestamptz;
     v_now timestamptz;
     v_deadline timestamptz;
-    v_max_ttl interval := (SELECT s.max_ttl FROM lease.settings AS s);
 BEGIN
     IF (acquire_slot.semaphore <> '' AND pg_catalog.octet_length(acquire_slot.semaphore) <= 1018
         AND acquire_slot.owner <> '' AND pg_catalog.octet_length(acquire_slot.owner) <= 1024
@@ -1447,14 +1501,14 @@ BEGIN
         AND pg_catalog.date_part('epoch', acquire_slot.wait) >= 0
         AND pg_catalog.date_part('epoch', acquire_slot.wait) <= 31536000
         AND pg_catalog.octet_length(COALESCE(acquire_slot.data, '')) <= 8192
-        AND (v_max_ttl IS NULL OR pg_catalog.date_part('epoch', acquire_slot.ttl)
-                                  <= pg_catalog.date_part('epoch', v_max_ttl))) IS NOT TRUE
+        AND (pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0     -- see acquire
+             OR pg_catalog.date_part('epoch', acquire_slot.ttl) <= lease._ttl_cap_seconds())) IS NOT TRUE
     THEN
         PERFORM lease._raise_invalid_input('lease.acquire_slot',
             lease._semaphore_violations(acquire_slot.semaphore)
             || lease._text_violations('owner', acquire_slot.owner, false, false)
             || lease._interval_violations('ttl', acquire_slot.ttl, true)
-            || lease._max_ttl_violations(acquire_slot.ttl, v_max_ttl)
+            || lease._max_ttl_violations(acquire_slot.ttl, (SELECT s.max_ttl FROM lease.settings AS s))
             || lease._slot_count_violations('max_holders', acquire_slot.max_holders)
             || lease._interval_violations('wait', acquire_slot.wait, false)
             || lease._data_violations(acquire_slot.data));
@@ -1476,15 +1530,9 @@ BEGIN
                 WHEN no_data_found THEN
                     NULL;
                 WHEN SQLSTATE 'LE004' THEN
-                    -- A free slot, but a failover quarantine: poll until it ends or the wait runs out
-                    -- (then LE004 again, from the last attempt).
-                    v_now := pg_catalog.clock_timestamp();
-                    IF v_now >= v_deadline THEN
-                        RETURN lease.acquire_slot(acquire_slot.semaphore, acquire_slot.owner, acquire_slot.ttl,
-                                                  acquire_slot.max_holders, interval '0', acquire_slot.data);
-                    END IF;
-                    PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch',
-                        LEAST(interval '50 milliseconds', v_deadline - v_now)));
+                    -- A free slot, but this server is in a failover quarantine.
+                    PERFORM lease._pause_in_quarantine('lease.acquire_slot', acquire_slot.semaphore,
+                                                       v_deadline);
                     CONTINUE;
             END;
             SELECT pg_catalog.count(*), pg_catalog.min(l.expires_at) INTO v_held, v_next
@@ -1847,7 +1895,7 @@ CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.7.0'::text $$;
+AS $$ SELECT '0.7.1'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Who may call the API: every role, by default. The grant is made by the installing role (through a
