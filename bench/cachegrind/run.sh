@@ -3,7 +3,7 @@
 # cachegrind (docs/BENCHMARKS.md, "Instruction counts"). Run as root on a machine with Debian's
 # PostgreSQL (PG_BIN, default /usr/lib/postgresql/15/bin) and valgrind:
 #
-#   bench/cachegrind/run.sh [VERSION...]        # default: 0.3.0 0.7.0 0.7.1
+#   bench/cachegrind/run.sh [VERSION...]        # default: 0.3.0 0.7.0 0.8.0
 #
 # It builds a private mirror of the installation with this tree's pg_lease files under WORK
 # (default /tmp/pglease-cg), starts the postmaster under `valgrind --tool=cachegrind` as nobody,
@@ -18,7 +18,7 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 WORK=${WORK:-/tmp/pglease-cg}
 ROUNDS=${ROUNDS:-2}
 CLIENTS=${CLIENTS:-1 4}
-VERSIONS=${*:-0.3.0 0.7.0 0.7.1}
+VERSIONS=${*:-0.3.0 0.7.0 0.8.0}
 
 share=$("$PG_BIN/pg_config" --sharedir)
 pkglib=$("$PG_BIN/pg_config" --pkglibdir)

@@ -23,6 +23,10 @@ use tokio_postgres::{Client, NoTls};
 pub const ADMIN: &str = "lease_admin";
 /// A plain application role: may call the API, nothing more.
 pub const APP: &str = "app";
+/// A member of [`APP`] (a second login of the same application): may act on `app`'s leases.
+pub const APP_MEMBER: &str = "app_worker";
+/// Another application's role, in no relation to [`APP`]: may call the API on its own leases only.
+pub const OTHER_APP: &str = "reporting";
 /// The database shared by tests that only need the extension and their own keys.
 pub const SHARED_DB: &str = "regress";
 /// The database shared by queue tests: pg_lease_queue (and so pg_lease) created by [`ADMIN`]. Each
@@ -107,7 +111,10 @@ pub fn server() -> &'static Server {
         let server = Server { cluster, major };
         server.psql(
             "postgres",
-            &format!("CREATE ROLE {ADMIN} LOGIN; CREATE ROLE {APP} LOGIN;"),
+            &format!(
+                "CREATE ROLE {ADMIN} LOGIN; CREATE ROLE {APP} LOGIN; \
+                 CREATE ROLE {APP_MEMBER} LOGIN IN ROLE {APP}; CREATE ROLE {OTHER_APP} LOGIN;"
+            ),
         );
         server.psql(
             "postgres",

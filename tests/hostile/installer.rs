@@ -94,7 +94,7 @@ async fn the_installing_role_can_create_rename_or_replace_nothing_in_schema_leas
         "ALTER FUNCTION lease.purge(interval) OWNER TO lease_admin",
         "ALTER SCHEMA lease RENAME TO lease2",
         "ALTER SCHEMA lease OWNER TO lease_admin",
-        "ALTER EXTENSION pg_lease DROP FUNCTION lease._refusal(text, text, bigint)",
+        "ALTER EXTENSION pg_lease DROP FUNCTION lease._refusal(text, text, text, bigint)",
         "DROP FUNCTION lease.version()",
         "DROP TABLE lease.leases",
         "DROP SCHEMA lease",

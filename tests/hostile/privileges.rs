@@ -66,7 +66,7 @@ async fn role_without_privileges_on_schema_lease_cannot_create_alter_or_take_ove
     for sql in [
         "GRANT SELECT, UPDATE ON lease.leases TO app",
         "GRANT EXECUTE ON FUNCTION lease.purge(interval) TO app",
-        "GRANT EXECUTE ON FUNCTION lease._refusal(text, text, bigint) TO app",
+        "GRANT EXECUTE ON FUNCTION lease._refusal(text, text, text, bigint) TO app",
         "GRANT CREATE ON SCHEMA lease TO app",
     ] {
         if let Err(e) = app.batch_execute(sql).await {

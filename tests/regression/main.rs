@@ -20,6 +20,7 @@ mod queue_install;
 mod release;
 mod renew;
 mod renew_many;
+mod roles;
 mod semaphore;
 mod settings;
 mod storage;

@@ -56,7 +56,11 @@ async fn no_internal_helper_of_pg_lease_is_executable_by_the_application_role() 
 async fn application_role_cannot_call_internal_helpers() {
     let c = server().app().await;
     for sql in [
-        "SELECT lease._refusal('k', 'o', 1)",
+        "SELECT lease._refusal('f', 'k', 'o', 1)",
+        "SELECT lease._may_act_for('r')",
+        "SELECT lease._raise_other_role('f', 'k', 'r')",
+        "SELECT lease._ttl_cap_seconds()",
+        "SELECT lease._pause_in_quarantine('f', 'k', now())",
         "SELECT lease._raise_invalid_input('x', ARRAY['y'])",
         "SELECT lease._text_violations('k', NULL, false, false)",
         "SELECT lease._interval_violations('ttl', NULL, true)",
@@ -170,6 +174,7 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
             "configuration",
             "configure",
             "fence",
+            "force_release",
             "high_water",
             "inspect",
             "list",

@@ -153,3 +153,25 @@ async fn a_rolled_back_release_notifies_nobody() {
         marker
     );
 }
+
+/// An operator's force_release ends the grant as a release does: a registered waiter is woken.
+#[tokio::test]
+async fn a_force_release_notifies_a_registered_waiter() {
+    let s = server();
+    let (_listening, mut notes) = listener().await;
+    let holder = s.app().await;
+    let waiter = s.app().await;
+    let admin = s
+        .connect_as(pglease_tests::SHARED_DB, pglease_tests::ADMIN)
+        .await;
+    let k = key("force_notify", "k");
+    let epoch = grant(&holder, &k, "w", "1 hour").await;
+    assert!(register(&waiter, &k).await.0, "the key is held");
+    let ended: Option<i64> = admin
+        .query_one("SELECT lease.force_release($1)", &[&k])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, Some(epoch));
+    assert_eq!(next_note(&mut notes, &key("force_notify", "")).await, k);
+}

@@ -69,7 +69,7 @@ pub struct Extension {
 pub const PG_LEASE: Extension = Extension {
     name: "pg_lease",
     schema: "lease",
-    version: "0.7.1",
+    version: "0.8.0",
     control: include_str!("../../../extensions/pg_lease/pg_lease.control"),
     requires: &[],
     lock_key: i64::from_be_bytes(*b"pg_lease"),
@@ -123,10 +123,16 @@ pub const PG_LEASE: Extension = Extension {
             script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.0--0.7.1.sql"),
         },
         Migration {
+            from: Some("0.7.1"),
+            to: "0.8.0",
+            file: "pg_lease--0.7.1--0.8.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.1--0.8.0.sql"),
+        },
+        Migration {
             from: None,
-            to: "0.7.1",
-            file: "pg_lease--0.7.1.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.1.sql"),
+            to: "0.8.0",
+            file: "pg_lease--0.8.0.sql",
+            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.8.0.sql"),
         },
     ],
 };
@@ -136,16 +142,36 @@ pub const PG_LEASE: Extension = Extension {
 pub const PG_LEASE_QUEUE: Extension = Extension {
     name: "pg_lease_queue",
     schema: "lease_queue",
-    version: "0.1.0",
+    version: "0.1.1",
     control: include_str!("../../../extensions/pg_lease_queue/pg_lease_queue.control"),
     requires: &[&PG_LEASE],
     lock_key: i64::from_be_bytes(*b"pglqueue"),
-    scripts: &[Migration {
-        from: None,
-        to: "0.1.0",
-        file: "pg_lease_queue--0.1.0.sql",
-        script: include_str!("../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0.sql"),
-    }],
+    scripts: &[
+        Migration {
+            from: None,
+            to: "0.1.0",
+            file: "pg_lease_queue--0.1.0.sql",
+            script: include_str!(
+                "../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0.sql"
+            ),
+        },
+        Migration {
+            from: Some("0.1.0"),
+            to: "0.1.1",
+            file: "pg_lease_queue--0.1.0--0.1.1.sql",
+            script: include_str!(
+                "../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0--0.1.1.sql"
+            ),
+        },
+        Migration {
+            from: None,
+            to: "0.1.1",
+            file: "pg_lease_queue--0.1.1.sql",
+            script: include_str!(
+                "../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.1.sql"
+            ),
+        },
+    ],
 };
 
 /// Every extension of this library, each after the extensions it requires.
@@ -185,7 +211,7 @@ pub const CONTROL: &str = PG_LEASE.control;
 /// # Examples
 ///
 /// ```
-/// assert_eq!(pglease::VERSION, "0.7.1");
+/// assert_eq!(pglease::VERSION, "0.8.0");
 /// ```
 pub const VERSION: &str = PG_LEASE.version;
 
@@ -289,7 +315,7 @@ mod tests {
     use super::*;
 
     /// The install script of the current version.
-    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.1.sql");
+    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.8.0.sql");
 
     pub(crate) fn transform(script: &str, extowner: &str) -> String {
         PG_LEASE.transform(script, extowner)
@@ -456,7 +482,7 @@ mod tests {
                 .steps_after(v)
                 .map(|s| s.iter().map(|m| m.file).collect())
         };
-        assert_eq!(files(None).unwrap(), ["pg_lease--0.7.1.sql"]);
+        assert_eq!(files(None).unwrap(), ["pg_lease--0.8.0.sql"]);
         assert!(files(Some(VERSION)).unwrap().is_empty());
         assert_eq!(
             files(Some("0.1.0")).unwrap(),
@@ -467,7 +493,8 @@ mod tests {
                 "pg_lease--0.4.0--0.5.0.sql",
                 "pg_lease--0.5.0--0.6.0.sql",
                 "pg_lease--0.6.0--0.7.0.sql",
-                "pg_lease--0.7.0--0.7.1.sql"
+                "pg_lease--0.7.0--0.7.1.sql",
+                "pg_lease--0.7.1--0.8.0.sql"
             ]
         );
         assert_eq!(
@@ -477,14 +504,15 @@ mod tests {
                 "pg_lease--0.4.0--0.5.0.sql",
                 "pg_lease--0.5.0--0.6.0.sql",
                 "pg_lease--0.6.0--0.7.0.sql",
-                "pg_lease--0.7.0--0.7.1.sql"
+                "pg_lease--0.7.0--0.7.1.sql",
+                "pg_lease--0.7.1--0.8.0.sql"
             ]
         );
         assert!(files(Some("9.9.9")).is_none());
         assert_eq!(
             PG_LEASE.versions(),
             [
-                "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.7.1"
+                "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.7.1", "0.8.0"
             ]
         );
     }

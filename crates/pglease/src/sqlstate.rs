@@ -53,6 +53,19 @@ pub const WAIT_TIMEOUT: &str = "57014";
 /// ```
 pub const SCHEMA_NOT_CLEAN: &str = "55000";
 
+/// `42501` (`insufficient_privilege`): the lease was granted to another role. `lease.renew`,
+/// `lease.renew_many`, `lease.release` and `lease.fence` refuse a HELD grant that a role made which
+/// the session's login role is neither nor a member of; nothing changed. (PostgreSQL raises the same
+/// code for a missing privilege, e.g. calling `lease.force_release` without the admin right.) See
+/// [`crate::Error::is_other_role`].
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::sqlstate::OTHER_ROLE, "42501");
+/// ```
+pub const OTHER_ROLE: &str = "42501";
+
 /// `LE001`: `lease.fence` — the caller does not hold the key (unknown, free, or another owner's).
 ///
 /// # Examples
@@ -182,6 +195,12 @@ pub const ALL: &[(&str, &str, &str)] = &[
         "object_not_in_prerequisite_state",
         "installing or updating pg_lease: schema lease is not empty, holds objects that are not \
          pg_lease's, or is not the extension's schema; nothing changed",
+    ),
+    (
+        OTHER_ROLE,
+        "insufficient_privilege",
+        "lease.renew, lease.renew_many, lease.release or lease.fence on a HELD grant made by a role \
+         that the session's login role is neither nor a member of; nothing changed",
     ),
     (
         FENCE_NOT_OWNER,

@@ -39,6 +39,21 @@
 \echo Use "CREATE EXTENSION pg_lease_queue" to load this file. \quit
 
 -- ---------------------------------------------------------------------------------------------------
+-- The pg_lease this version needs: 0.8.0 or later (lease.force_release, with which drop_queue ends
+-- the partitions' leases whoever holds them).
+-- ---------------------------------------------------------------------------------------------------
+DO $$
+BEGIN
+    IF pg_catalog.to_regprocedure('lease.force_release(text)') IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = 'pg_lease_queue needs pg_lease 0.8.0 or later',
+            HINT    = 'Update pg_lease first (ALTER EXTENSION pg_lease UPDATE, or pglease install).';
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
 -- The schema: must be empty (an object planted in it could be resolved by the functions below), then
 -- taken over by the role running this script. The check names its operators with their schema.
 -- ---------------------------------------------------------------------------------------------------
@@ -682,8 +697,8 @@ $$;
 -- lease_queue.drop_queue(queue)
 --
 -- Drops a queue with its messages and dead letters. Waits for the calls in flight on its partitions
--- and for the transactions that sent to it to end; releases the partitions' leases that are held
--- (their holders' next calls raise LQ001). The leases' rows stay, so a queue created again under the
+-- and for the transactions that sent to it to end; ends the partitions' leases that are held, whoever
+-- holds them (lease.force_release; their holders' next calls raise LQ001). The leases' rows stay, so a queue created again under the
 -- same name continues above every epoch of the old one. LQ001 if there is no such queue.
 -- The installing role's (grantable).
 -- ---------------------------------------------------------------------------------------------------
@@ -709,11 +724,11 @@ BEGIN
     PERFORM FROM lease_queue.partitions AS p WHERE p.qid = v_qid ORDER BY p.partition FOR UPDATE;
 
     FOR r IN
-        SELECT l.key, l.owner, l.epoch
+        SELECT l.key
           FROM lease.list('lease_queue:' || drop_queue.queue || ':') AS l
          WHERE l.held
     LOOP
-        PERFORM lease.release(r.key, r.owner, r.epoch);
+        PERFORM lease.force_release(r.key);
     END LOOP;
 
     DELETE FROM lease_queue.messages AS m WHERE m.qid = v_qid AND m.key IS NOT NULL;
@@ -1697,7 +1712,7 @@ CREATE FUNCTION lease_queue.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.1.0'::text $$;
+AS $$ SELECT '0.1.1'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Privileges of the functions. Internal helpers: no one but the owner. Administration: the installing

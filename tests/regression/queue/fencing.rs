@@ -286,3 +286,38 @@ async fn a_takeover_waits_for_the_holders_ack_transaction_and_never_sees_the_ack
     );
     assert_eq!(next[0].attempts, 1);
 }
+
+/// The audit's reproduction: another application's role reads a consumer's owner, epoch and batch
+/// id (status() shows them) and acks its open batch — which would delete the messages unprocessed.
+/// The partition's lease belongs to the consumer's login role, so every consuming call of another
+/// role is refused with 42501 and changes nothing; the consumer then acks its batch itself.
+#[tokio::test]
+async fn another_role_that_knows_owner_epoch_and_batch_cannot_receive_ack_nack_or_release() {
+    let f = Fixture::new("another_role_cannot_settle", 1, 10).await;
+    let (e, batch) = holding_a_batch(&f, "holder", &["m1", "m2"]).await;
+    let id = batch_id(&batch);
+    let s = pglease_tests::server();
+    let other = s.connect_as(s.queue_db(), pglease_tests::OTHER_APP).await;
+    let before = f.snapshot().await;
+    assert_eq!(
+        code(try_receive(&other, &f.q, 0, "holder", e, 10).await),
+        "42501"
+    );
+    assert_eq!(
+        code(try_ack(&other, &f.q, 0, "holder", e, id).await),
+        "42501"
+    );
+    assert_eq!(
+        code(try_nack(&other, (&f.q, 0, "holder", e, id), batch[0].id, "0", None).await),
+        "42501"
+    );
+    for force in [false, true] {
+        assert_eq!(
+            code(try_release(&other, &f.q, 0, "holder", e, force).await),
+            "42501",
+            "force = {force}"
+        );
+    }
+    assert_eq!(f.snapshot().await, before, "nothing changed");
+    super::ack(&f.app, &f.q, 0, "holder", e, id).await;
+}

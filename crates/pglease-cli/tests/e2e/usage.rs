@@ -232,7 +232,11 @@ fn install_takes_one_of_our_extensions_by_name() {
         &Value::from("pg_lease_queue"),
         &out["extension"],
     );
-    expect_eq("install.version", &Value::from("0.1.0"), &out["version"]);
+    expect_eq(
+        "install.version",
+        &Value::from(pglease::PG_LEASE_QUEUE.version),
+        &out["version"],
+    );
     let out = case
         .pglease(["install", "no_such_extension"])
         .expect_code(2);

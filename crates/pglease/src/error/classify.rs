@@ -72,6 +72,24 @@ impl Error {
         self.code() == Some(sqlstate::WAIT_TIMEOUT) || matches!(self.0.kind, Kind::Timeout(_))
     }
 
+    /// Whether a call was refused because the lease belongs to another role: SQLSTATE `42501`
+    /// ([`sqlstate::OTHER_ROLE`]). A grant belongs to the login role of the session that made it;
+    /// only that role and its members may renew, release or fence it. [`Error::message`] names the
+    /// role. (The same code means any missing privilege, e.g. on `lease.force_release`.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn demo(e: &pglease::Error) {
+    /// if e.is_other_role() {
+    ///     println!("connect as the role that acquired the lease: {}", e.message());
+    /// }
+    /// # }
+    /// ```
+    pub fn is_other_role(&self) -> bool {
+        self.code() == Some(sqlstate::OTHER_ROLE)
+    }
+
     /// Whether an acquire was refused because the server is in its failover quarantine: SQLSTATE
     /// `LE004` ([`crate::sqlstate::QUARANTINED`]). After a promotion, with the quarantine turned on
     /// (`lease.configure`), no new grant is made for the configured time; nothing was granted.

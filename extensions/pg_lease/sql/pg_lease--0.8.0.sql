@@ -99,6 +99,11 @@ GRANT USAGE ON SCHEMA lease TO @extowner@ WITH GRANT OPTION;
 --   watched_until                 someone watches the key's holder until then (lease.watch): every
 --                                 grant, release and change of data notifies `pg_lease_changed`.
 --
+--   holder_role                   the login role (session_user) of the session that made the current
+--                                 grant: only that role and its members may renew, release or fence
+--                                 it (docs/SEMANTICS.md §11). NULL for a grant made before 0.8.0,
+--                                 which keeps the rule of its time (the owner string suffices) until
+--                                 it ends; a FREE row keeps the role of its last grant.
 -- Only `key` is indexed, and no call ever changes it: every renew, grant and release is a HOT update.
 -- fillfactor 70 leaves room on each page for the new row versions that renewals create.
 CREATE TABLE lease.leases (
@@ -110,6 +115,7 @@ CREATE TABLE lease.leases (
     prior_expires_at timestamptz,
     data             text,
     watched_until    timestamptz,
+    holder_role      text,
     CONSTRAINT leases_pkey PRIMARY KEY (key)
 ) WITH (fillfactor = 70);
 
@@ -301,10 +307,45 @@ BEGIN
 END
 $$;
 
+-- Whether the calling session may act on a grant made by `holder_role`: the grant has no role (made
+-- before 0.8.0), or the session's login role is that role or a member of it (superusers are members
+-- of every role). A role that no longer exists has no members.
+CREATE FUNCTION lease._may_act_for(holder_role text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT holder_role IS NULL
+        OR holder_role = SESSION_USER
+        OR COALESCE((SELECT pg_catalog.pg_has_role(SESSION_USER, r.oid, 'MEMBER')
+                       FROM pg_catalog.pg_roles AS r
+                      WHERE r.rolname = holder_role), false)
+$$;
+
+-- Raise 42501: the grant (key, its owner and epoch) was made by another role. Never returns.
+CREATE FUNCTION lease._raise_other_role(fn text, key text, holder_role text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = '42501',
+        MESSAGE = fn || ': the lease on key ' || pg_catalog.quote_literal(key) || ' was granted to role '
+                  || pg_catalog.quote_ident(holder_role),
+        DETAIL  = 'The session''s role ' || pg_catalog.quote_ident(SESSION_USER)
+                  || ' is neither that role nor a member of it.',
+        HINT    = 'Renew, release and fence a lease as the role that acquired it (or a member of it); '
+                  || 'an operator can end it with lease.force_release.';
+END
+$$;
+
 -- Why a renew/release of (key, owner, epoch) cannot succeed now, in the documented precedence:
 -- not_owner (no row, FREE, or another owner; a LAPSED row still names its last owner), then lapsed,
--- then epoch_mismatch. Returns 'ok' when the state would let the call succeed (the caller retries).
-CREATE FUNCTION lease._refusal(key text, owner text, epoch bigint)
+-- then epoch_mismatch; raises 42501 (naming `fn`) when the grant is current but was made by a role
+-- the session may not act for. Returns 'ok' when the state would let the call succeed: the caller
+-- retries, the session's role being allowed.
+CREATE FUNCTION lease._refusal(fn text, key text, owner text, epoch bigint)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -313,8 +354,9 @@ DECLARE
     v_owner text;
     v_epoch bigint;
     v_expires_at timestamptz;
+    v_role text;
 BEGIN
-    SELECT l.owner, l.epoch, l.expires_at INTO v_owner, v_epoch, v_expires_at
+    SELECT l.owner, l.epoch, l.expires_at, l.holder_role INTO v_owner, v_epoch, v_expires_at, v_role
       FROM lease.leases AS l
      WHERE l.key = _refusal.key;
     IF NOT FOUND OR v_owner IS NULL OR v_owner <> _refusal.owner THEN
@@ -323,11 +365,12 @@ BEGIN
         RETURN 'lapsed';
     ELSIF v_epoch <> _refusal.epoch THEN
         RETURN 'epoch_mismatch';
+    ELSIF NOT lease._may_act_for(v_role) THEN
+        PERFORM lease._raise_other_role(fn, _refusal.key, v_role);
     END IF;
     RETURN 'ok';
 END
 $$;
-
 -- Violations of the installing role's ttl cap (lease.configure): none when max_ttl is NULL.
 CREATE FUNCTION lease._max_ttl_violations(ttl interval, max_ttl interval)
 RETURNS text[]
@@ -453,7 +496,9 @@ REVOKE ALL ON FUNCTION lease._data_violations(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid_input(text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._check_grant_args(text, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._check_grant_args(text, text, text, bigint, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._refusal(text, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._may_act_for(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_other_role(text, text, text) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Result types of acquire and renew: named row types, whose row descriptor PostgreSQL takes from its
@@ -495,6 +540,7 @@ DECLARE
     v_max_ttl interval;          -- the installing role's ttl cap (lease.configure); NULL: none
     v_quarantine interval;       -- the failover quarantine's length (lease.configure); NULL: off
     v_quarantined timestamptz;   -- in a failover quarantine until then: no new grant (§8.4)
+    v_role text;                 -- the role of the current grant
 BEGIN
     -- The common case first, in one expression: an owner of 1..1024 bytes, a ttl in (0, 365 days], no
     -- wait, data of at most 8192 bytes (lengths of durations in seconds, as everywhere: EXTRACT(epoch
@@ -616,7 +662,8 @@ BEGIN
                expires_at = pg_catalog.clock_timestamp()
                             + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second',
                waiting = false,
-               data = acquire.data
+               data = acquire.data,
+               holder_role = SESSION_USER
          WHERE l.key = acquire.key
            AND (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
            AND v_quarantined IS NULL
@@ -643,8 +690,8 @@ BEGIN
         END IF;
 
         -- Held (by us or another owner), or no row at all. A plain read, no lock.
-        SELECT l.owner, l.epoch, l.expires_at, acquire.data IS NULL OR l.data = acquire.data
-          INTO v_owner, v_epoch, v_expires_at, v_same_data
+        SELECT l.owner, l.epoch, l.expires_at, acquire.data IS NULL OR l.data = acquire.data, l.holder_role
+          INTO v_owner, v_epoch, v_expires_at, v_same_data, v_role
           FROM lease.leases AS l
          WHERE l.key = acquire.key;
 
@@ -654,8 +701,10 @@ BEGIN
                     PERFORM lease._raise_quarantined('lease.acquire', acquire.key, v_timeline, v_quarantined);
                 END IF;
                 CONTINUE;                    -- freed or lapsed since the UPDATE: try again
-            ELSIF v_owner = acquire.owner THEN
+            ELSIF v_owner = acquire.owner AND lease._may_act_for(v_role) THEN
                 -- Already ours: idempotent, nothing changes but the data (when given and other).
+                -- (The same owner string under a role the session may not act for is another
+                -- holder: refused below.)
                 -- Still one update of the row, judged again under its lock (if the grant changed
                 -- meanwhile, start over): the grant being returned may not be durable yet where
                 -- durability is the caller's promise (a synchronous standby) — the call that made
@@ -668,6 +717,7 @@ BEGIN
                  WHERE l.key = acquire.key
                    AND l.owner = acquire.owner
                    AND l.epoch = v_epoch
+                   AND l.holder_role IS NOT DISTINCT FROM v_role
                    AND l.expires_at > pg_catalog.clock_timestamp()
                 RETURNING v_same_data IS NOT TRUE AND l.watched_until > pg_catalog.clock_timestamp(),
                           l.expires_at > pg_catalog.clock_timestamp()
@@ -680,7 +730,7 @@ BEGIN
                 r.epoch := v_epoch;
                 r.expires_at := v_expires_at;
             ELSE
-                r.acquired := false;         -- held by another owner
+                r.acquired := false;         -- held by another owner (or role)
                 r.epoch := NULL;
                 r.expires_at := NULL;
             END IF;
@@ -694,10 +744,11 @@ BEGIN
         END IF;
         PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR KEY SHARE;
         v_now := pg_catalog.clock_timestamp();
-        INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, data)
+        INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, data, holder_role)
         SELECT acquire.key, acquire.owner,
                GREATEST(pg_catalog.max(f.floor) + 1, v_floor),
-               v_now + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second', acquire.data
+               v_now + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second', acquire.data,
+               SESSION_USER
           FROM lease.epoch_floor AS f
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
         RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
@@ -730,7 +781,8 @@ $$;
 -- and reports not_owner, lapsed or epoch_mismatch, in that precedence. Judged as of the moment the
 -- call holds the key's row: if it waited for the row lock and the lease lapsed meanwhile, it undoes
 -- its update and reports `lapsed`. A renewal that gives data to a watched key notifies
--- `pg_lease_changed`. 22023 on invalid input.
+-- `pg_lease_changed`. 22023 on invalid input; 42501 (nothing changes) when the grant is HELD but was
+-- made by a role the session's login role is neither nor a member of (§11).
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.renew(
     key text, owner text, epoch bigint, ttl interval, data text DEFAULT NULL)
@@ -745,6 +797,7 @@ DECLARE
     v_locked_at timestamptz;     -- (about) when the statement held the row
     v_prior timestamptz;         -- the expiry the statement replaced
     v_watched boolean;
+    v_member boolean;            -- the session's role is a member of the grant's role (known after a refusal)
 BEGIN
     -- The ttl and the data are checked first (ttl in (0, 365 days], as in acquire, and within the
     -- installing role's cap when one is set): the UPDATE below writes them. The cap is read only when
@@ -781,6 +834,8 @@ BEGIN
            AND l.owner = renew.owner
            AND l.epoch = renew.epoch
            AND l.expires_at > pg_catalog.clock_timestamp()
+           -- The grant's own role, a grant from before roles, or (found below) a role we are a member of.
+           AND (l.holder_role = SESSION_USER OR l.holder_role IS NULL OR v_member)
         RETURNING 'ok', l.expires_at, l.prior_expires_at,
                   l.prior_expires_at > pg_catalog.clock_timestamp()
                   AND l.expires_at - pg_catalog.date_part('epoch', renew.ttl) * interval '1 second'
@@ -820,12 +875,14 @@ BEGIN
         END IF;
         -- Nothing renewed: invalid input first (22023), then the refusal in its precedence.
         PERFORM lease._check_grant_args('lease.renew', renew.key, renew.owner, renew.epoch, renew.ttl);
-        r.status := lease._refusal(renew.key, renew.owner, renew.epoch);
+        r.status := lease._refusal('lease.renew', renew.key, renew.owner, renew.epoch);
         IF r.status <> 'ok' THEN
             r.expires_at := NULL;
             RETURN r;
         END IF;
-        -- The row changed between the UPDATE and the read (a concurrent commit): judge it again.
+        -- The grant is current and the session may act for its role (a member of it), or the row
+        -- changed between the UPDATE and the read (a concurrent commit): judge it again.
+        v_member := true;
     END LOOP;
 END
 $$;
@@ -839,7 +896,7 @@ $$;
 -- a release that waited for the row lock frees the key as of the end of that wait.
 -- When a waiter registered for the released grant, sends pg_notify('pg_lease_released', key),
 -- delivered when the release commits; an uncontended release sends nothing. The grant's data is
--- cleared; a watched key notifies `pg_lease_changed`. 22023 on invalid input.
+-- cleared; a watched key notifies `pg_lease_changed`. 22023 on invalid input; 42501 as renew.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.release(key text, owner text, epoch bigint, OUT status text)
 RETURNS text
@@ -853,6 +910,7 @@ DECLARE
     v_freed_at timestamptz;
     v_has_data boolean;
     v_watched boolean;
+    v_member boolean;            -- as in renew
 BEGIN
     -- No argument needs a check before the UPDATE: an invalid key, owner or epoch matches no row, and
     -- they are checked before any refusal.
@@ -870,6 +928,7 @@ BEGIN
            AND l.owner = release.owner
            AND l.epoch = release.epoch
            AND l.expires_at > pg_catalog.clock_timestamp()
+           AND (l.holder_role = SESSION_USER OR l.holder_role IS NULL OR v_member)       -- as in renew
         RETURNING CASE WHEN NOT l.waiting AND l.prior_expires_at > l.expires_at
                             AND l.expires_at >= pg_catalog.clock_timestamp() - interval '1 millisecond'
                             AND l.data IS NULL
@@ -911,13 +970,75 @@ BEGIN
         END IF;
         -- Nothing released: invalid input first (22023), then the refusal in its precedence.
         PERFORM lease._check_grant_args('lease.release', release.key, release.owner, release.epoch);
-        release.status := lease._refusal(release.key, release.owner, release.epoch);
+        release.status := lease._refusal('lease.release', release.key, release.owner, release.epoch);
         IF release.status <> 'ok' THEN
             RETURN;
         END IF;
+        v_member := true;                    -- as in renew
     END LOOP;
 END
 $$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.force_release(key) -> epoch
+--
+-- An operator's end of whatever grant of `key` is HELD, whoever made it (a stuck holder): frees it
+-- as release does — the key's counter moves to epoch + 1, a registered waiter and a watcher are
+-- notified, the data is cleared — and returns the epoch it ended; NULL, changing nothing, when the
+-- key is not HELD. The ended holder's next renew or release reports not_owner and its fence raises
+-- LE001. Written to the server log. Waits for a transition of the key in flight and judges its
+-- result. The installing role's (grantable: the admin right of docs/SEMANTICS.md §11).
+-- 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.force_release(key text, OUT epoch bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text;
+    v_role text;
+    v_waiting boolean;
+    v_watched boolean;
+BEGIN
+    IF (force_release.key <> '' AND pg_catalog.octet_length(force_release.key) <= 1024) IS NOT TRUE THEN
+        PERFORM lease._raise_invalid_input('lease.force_release',
+            lease._text_violations('key', force_release.key, false, false));
+    END IF;
+    -- The row lock waits for a transition in flight; the conditions are judged again on its result.
+    SELECT l.owner, l.epoch, l.holder_role INTO v_owner, force_release.epoch, v_role
+      FROM lease.leases AS l
+     WHERE l.key = force_release.key
+       AND l.owner IS NOT NULL
+       AND l.expires_at > pg_catalog.clock_timestamp()
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        force_release.epoch := NULL;         -- not HELD: nothing to end
+        RETURN;
+    END IF;
+    UPDATE lease.leases AS l
+       SET owner = NULL,
+           epoch = l.epoch + 1,
+           expires_at = pg_catalog.clock_timestamp(),
+           prior_expires_at = l.expires_at,
+           data = NULL
+     WHERE l.key = force_release.key
+    RETURNING l.waiting, l.watched_until > pg_catalog.clock_timestamp() INTO v_waiting, v_watched;
+    IF v_waiting THEN
+        PERFORM pg_catalog.pg_notify('pg_lease_released', force_release.key);
+    END IF;
+    IF v_watched THEN
+        PERFORM pg_catalog.pg_notify('pg_lease_changed', force_release.key);
+    END IF;
+    RAISE LOG 'lease.force_release: role % ended the grant of key % at epoch % (owner %, role %)',
+        pg_catalog.quote_ident(SESSION_USER), pg_catalog.quote_literal(force_release.key),
+        force_release.epoch, pg_catalog.quote_literal(v_owner), COALESCE(pg_catalog.quote_ident(v_role), 'none');
+END
+$$;
+
+REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.force_release(text) TO @extowner@ WITH GRANT OPTION;
 
 -- ---------------------------------------------------------------------------------------------------
 -- lease.inspect(key) -> (held, owner, epoch, expires_at, data)
@@ -1056,8 +1177,9 @@ $$;
 -- locks the key's row (FOR SHARE) until the transaction ends, so no takeover, release or renew of the
 -- key can commit before the guarded writes do; returns the lease's expiry. Otherwise raises, with the
 -- same precedence as renew's statuses: LE001 (not the owner: unknown, FREE, or another owner),
--- LE002 (the lease lapsed), LE003 (another epoch). Writes that follow a successful fence in the same
--- transaction are ordered before any later grant of the key. 22023 on invalid input.
+-- LE002 (the lease lapsed), LE003 (another epoch), then 42501 (a grant of a role the session may not
+-- act for, as renew). Writes that follow a successful fence in the same transaction are ordered
+-- before any later grant of the key. 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.fence(key text, owner text, epoch bigint)
 RETURNS timestamptz
@@ -1069,6 +1191,7 @@ DECLARE
     v_owner text;
     v_epoch bigint;
     v_expires_at timestamptz;
+    v_role text;
 BEGIN
     IF fence.key IS NULL OR fence.key = '' OR pg_catalog.octet_length(fence.key) > 1024
        OR fence.owner IS NULL OR fence.owner = '' OR pg_catalog.octet_length(fence.owner) > 1024
@@ -1080,7 +1203,7 @@ BEGIN
     -- FOR SHARE conflicts with the row locks of acquire, renew and release (FOR NO KEY UPDATE), and
     -- lets several guarded transactions of the same holder run at once. If a transition of the row is
     -- in flight, this waits for it and judges the committed result.
-    SELECT l.owner, l.epoch, l.expires_at INTO v_owner, v_epoch, v_expires_at
+    SELECT l.owner, l.epoch, l.expires_at, l.holder_role INTO v_owner, v_epoch, v_expires_at, v_role
       FROM lease.leases AS l
      WHERE l.key = fence.key
        FOR SHARE;
@@ -1104,6 +1227,12 @@ BEGIN
                       || pg_catalog.quote_literal(fence.key),
             DETAIL  = 'The current epoch is ' || v_epoch || '.',
             HINT    = 'Stop acting on this lease; acquire the key again to get a new epoch.';
+    ELSIF v_role <> SESSION_USER THEN
+        -- Granted to another role: allowed to its members only (42501). (A function is named only
+        -- here, so that the common case does not set it up.)
+        IF NOT lease._may_act_for(v_role) THEN
+            PERFORM lease._raise_other_role('lease.fence', fence.key, v_role);
+        END IF;
     END IF;
     RETURN v_expires_at;
 END
@@ -1208,9 +1337,9 @@ BEGIN
     THEN
         PERFORM lease._renew_many_recheck();
     END IF;
-    v_status := lease._refusal(key, owner, epoch);
+    v_status := lease._refusal('lease.renew_many', key, owner, epoch);
     IF v_status = 'ok' THEN
-        PERFORM lease._renew_many_recheck();
+        PERFORM lease._renew_many_recheck();     -- (a member of the grant's role: lease.renew judges it)
     END IF;
     RETURN v_status;
 END
@@ -1284,6 +1413,7 @@ BEGIN
                    AND l.owner = renew_many.owner
                    AND l.epoch = p.epoch
                    AND l.expires_at > pg_catalog.clock_timestamp()
+                   AND (l.holder_role = SESSION_USER OR l.holder_role IS NULL)       -- members: below
                 RETURNING l.key, l.expires_at,
                           CASE WHEN l.prior_expires_at > pg_catalog.clock_timestamp()
                                THEN true
@@ -1895,7 +2025,7 @@ CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.7.1'::text $$;
+AS $$ SELECT '0.8.0'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Who may call the API: every role, by default. The grant is made by the installing role (through a
