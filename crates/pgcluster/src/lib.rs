@@ -57,6 +57,9 @@ mod registry;
 mod replica;
 mod secret;
 mod sweep;
+#[cfg(feature = "test-certs")]
+mod test_certs;
+mod tls;
 mod user;
 mod version;
 
@@ -72,5 +75,8 @@ pub use persistent::{DEFAULT_PORT, DetachedServer, PersistentCluster, StartStopL
 pub use registry::cleanup_registered;
 pub use replica::ReplicaBuilder;
 pub use sweep::sweep_stale;
+#[cfg(feature = "test-certs")]
+pub use test_certs::{Issued, TestCa};
+pub use tls::ServerTls;
 pub use user::{ServerUser, server_user};
 pub use version::PgVersion;

@@ -188,6 +188,21 @@ impl ConsumerBuilder {
         self.listen_with(config, NoTls)
     }
 
+    /// As [`listen`](Self::listen), connecting as `options` say (TLS included).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: pglease::Client) -> pglease::Result<()> {
+    /// let options = pglease::ConnectOptions::parse("host=db.example user=app sslmode=require")?;
+    /// let b = pglease_queue::Consumer::builder(client, "orders").listen_options(&options);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn listen_options(self, options: &pglease::ConnectOptions) -> ConsumerBuilder {
+        self.listen_with(options.config().clone(), options.tls())
+    }
+
     /// As [`listen`](Self::listen), with the TLS connector `tls`.
     ///
     /// # Examples

@@ -113,11 +113,15 @@ mod attempt;
 mod builder;
 mod client;
 mod confirmed;
+mod connect_options;
+mod conninfo;
 mod deadline;
 mod identity;
+mod pgpass;
 mod reservations;
 mod retry;
 mod target;
+mod tls;
 mod wait;
 
 // A held lease: the handle, its guard, the state they share with the keepalive, why it ends, and
@@ -160,6 +164,7 @@ pub use calls::{
 };
 pub use client::Client;
 pub use confirmed::{ConfirmedConnect, drive_connection};
+pub use connect_options::{ConnectOptions, ENVIRONMENT};
 pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
 pub use extension::{
@@ -184,6 +189,7 @@ pub use slot_map::{
     fnv1a_64, routing_key,
 };
 pub use slot_move::{SlotMove, Transferred};
+pub use tls::{SslMode, TlsConnector};
 
 /// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
 pub use deadpool_postgres;
