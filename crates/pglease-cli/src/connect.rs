@@ -170,8 +170,8 @@ impl Target {
     ///
     /// # Errors
     ///
-    /// A URL that does not parse, a `PG*` variable with an invalid value, an sslmode needing TLS
-    /// (all usage errors); or no place for the local server.
+    /// A URL that does not parse, a `PG*` variable with an invalid value, a TLS setting naming a
+    /// missing or unusable file (all usage errors); or no place for the local server.
     pub fn resolve(args: &ConnArgs, local_major: u32) -> Result<Target, ConfigError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let target = Target::resolve_with(args, local_major, &env)?;
@@ -409,8 +409,17 @@ fn describe_config(config: &Config) -> String {
             Host::Tcp(name) => name.clone(),
             Host::Unix(path) => path.display().to_string(),
         })
-        .chain(config.get_hostaddrs().iter().map(|a| a.to_string()))
         .collect();
+    // A host's name is what the user chose (and what TLS checks); addresses only when no name.
+    let hosts = if hosts.is_empty() {
+        config
+            .get_hostaddrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect()
+    } else {
+        hosts
+    };
     let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
     let port = if ports.is_empty() {
         "5432".to_string()

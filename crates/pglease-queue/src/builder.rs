@@ -167,8 +167,8 @@ impl ConsumerBuilder {
     /// Waits for new messages with `LISTEN` on channel `lease_queue`: on the client's listening
     /// connection ([`pglease::Client::subscribe`]) when the client has one, so the process holds
     /// one listening connection, not two; else (a client in pooler mode, or built from a pool
-    /// without one) on a connection of its own opened with `config`, without TLS
-    /// ([`pglease::Listener`]). An idle partition sleeps until a notification for it, until its
+    /// without one) on a connection of its own opened with `config`, without TLS (for TLS use
+    /// [`listen_options`](Self::listen_options)) ([`pglease::Listener`]). An idle partition sleeps until a notification for it, until its
     /// next message is due (`next_due`), or a third of the ttl, whichever comes first.
     ///
     /// Without it (behind a transaction-mode pooler, where `LISTEN` does not work, or for a queue
