@@ -356,6 +356,14 @@ impl<'a> Reading<'a> {
         } else {
             requested
         };
+        // tokio-postgres names the TLS peer by `host` only; libpq checks an address-only
+        // connection against the address.
+        if ssl_mode != SslMode::Disable
+            && self.get("host").is_none()
+            && let Some(addrs) = self.get("hostaddr").map(str::to_owned)
+        {
+            self.settings.insert("host".into(), addrs);
+        }
         let tls = if ssl_mode == SslMode::Disable {
             tls::connector(SslMode::Disable, &Roots::None, None)?
         } else {

@@ -184,3 +184,15 @@ fn libpq_connect_timeout_rules_apply() {
     let options = read("host=h", home.path(), &[("PGCONNECT_TIMEOUT", "0")]).unwrap();
     assert_eq!(options.config().get_connect_timeout(), None);
 }
+
+#[test]
+fn an_address_alone_is_also_the_name_tls_checks() {
+    let home = tempfile::tempdir().unwrap();
+    let options = read("hostaddr=127.0.0.1 sslmode=require", home.path(), &[]).unwrap();
+    assert_eq!(
+        options.config().get_hosts(),
+        &[Host::Tcp("127.0.0.1".into())]
+    );
+    let options = read("hostaddr=127.0.0.1 sslmode=disable", home.path(), &[]).unwrap();
+    assert!(options.config().get_hosts().is_empty());
+}

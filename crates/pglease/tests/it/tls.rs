@@ -129,6 +129,13 @@ async fn require_encrypts_without_checking_the_certificate() {
     let options = must(&s.url("127.0.0.1", "sslmode=require"));
     assert_eq!(options.ssl_mode(), SslMode::Require);
     assert_eq!(encrypted(&options).await, Ok(true));
+    // By address alone, as libpq allows.
+    let options = must(&format!(
+        "postgresql://postgres:{}@:{}/postgres?hostaddr=127.0.0.1&sslmode=require",
+        s.cluster.password(),
+        s.cluster.port()
+    ));
+    assert_eq!(encrypted(&options).await, Ok(true));
 }
 
 #[tokio::test]
