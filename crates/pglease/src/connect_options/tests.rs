@@ -196,3 +196,23 @@ fn an_address_alone_is_also_the_name_tls_checks() {
     let options = read("hostaddr=127.0.0.1 sslmode=disable", home.path(), &[]).unwrap();
     assert!(options.config().get_hosts().is_empty());
 }
+
+#[test]
+fn docs_name_every_variable_and_every_refused_option() {
+    let doc =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/CLIENT.md"))
+            .expect("docs/CLIENT.md");
+    let section = &doc[doc.find("### Connecting").expect("a Connecting section")..];
+    for (var, _) in ENVIRONMENT {
+        assert!(
+            section.contains(&format!("`{var}`")),
+            "docs/CLIENT.md does not name {var}"
+        );
+    }
+    for key in UNSUPPORTED {
+        assert!(
+            section.contains(&format!("`{key}`")),
+            "docs/CLIENT.md does not name {key}"
+        );
+    }
+}
