@@ -26,6 +26,10 @@
 //!   [`raise_min_epoch`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
+//! - **Connecting** ([`ConnectOptions`], [`SslMode`], [`TlsConnector`]): a connection string read
+//!   as libpq reads it — `PG*` variables, the password file, TLS by `sslmode`, `sslrootcert`,
+//!   `sslcert` and `sslkey` (rustls) — one value for the client, a [`Listener`] and the queue
+//!   consumer.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
 //!   puts the SQL API into a database, either with `CREATE EXTENSION` or, on managed PostgreSQL
 //!   without the extension files, by running the extension's own scripts ([`MIGRATIONS`]).
