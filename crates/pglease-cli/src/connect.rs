@@ -336,7 +336,17 @@ impl Target {
     pub fn describe(&self) -> String {
         match &self.place {
             Place::Remote { options, via } => {
-                format!("{} (from the {via})", describe_config(options.config()))
+                // The mode is named where it makes the connection TLS-only.
+                let mode = options.ssl_mode();
+                let tls = if mode.requires_tls() {
+                    format!(", sslmode={mode}")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} (from the {via}{tls})",
+                    describe_config(options.config())
+                )
             }
             Place::Local { server, .. } => format!("local server in {}", server.dir().display()),
         }

@@ -72,6 +72,11 @@ fn commands_connect_with_verify_full_and_the_ca_from_the_url() {
         .env("DATABASE_URL", &database_url)
         .expect_code(0);
     assert_eq!(out.json()["pg_lease"]["current"], true, "{}", out.report());
+    let target = out.json()["target"].as_str().unwrap().to_owned();
+    assert!(
+        target.contains("@localhost:") && target.ends_with("sslmode=verify-full)"),
+        "{target}"
+    );
     // A lease held through the client library's pool and listening connection, over TLS.
     case.bare(["run", "-k", "tls-run", "-t", "30s", "--", "true"])
         .env("HOME", case.path())
