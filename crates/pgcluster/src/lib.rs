@@ -13,7 +13,10 @@
 //! It also keeps clusters that outlive the process ([`PersistentCluster`]): a data directory
 //! on disk, a server started detached that later processes attach to, and a lock so that
 //! processes starting or stopping it take turns. Extension files (a control file and SQL
-//! scripts, [`ExtensionFiles`]) can be installed from a directory or from memory.
+//! scripts, [`ExtensionFiles`]) can be installed from a directory or from memory. A cluster can
+//! serve TLS on its TCP listener ([`ClusterBuilder::tls`] with a [`ServerTls`], extra pg_hba lines
+//! with [`ClusterBuilder::hba_rule`]); with the `test-certs` feature, `TestCa` makes a CA at test
+//! time (rcgen: no `openssl` binary) and issues the server's and clients' certificates.
 //!
 //! ```no_run
 //! # async fn demo() -> pgcluster::Result<()> {
