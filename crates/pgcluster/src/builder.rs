@@ -13,6 +13,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::extension::{self, ExtensionFiles};
 use crate::install::Installation;
 use crate::sweep::{DIR_PREFIX, KEEP_FILE, OWNER_FILE};
+use crate::tls::ServerTls;
 use crate::user::{self, ServerUser};
 use crate::{mirror, registry, sweep};
 
@@ -34,6 +35,8 @@ pub struct ClusterBuilder {
     initdb_args: Vec<String>,
     force_mirror: bool,
     cache_dir: Option<PathBuf>,
+    tls: Option<ServerTls>,
+    hba_rules: Vec<String>,
 }
 
 impl ClusterBuilder {
@@ -51,6 +54,8 @@ impl ClusterBuilder {
             initdb_args: Vec::new(),
             force_mirror: false,
             cache_dir: None,
+            tls: None,
+            hba_rules: Vec::new(),
         }
     }
 
@@ -137,6 +142,20 @@ impl ClusterBuilder {
         self
     }
 
+    /// Serves TLS with these files (`ssl=on`, on the TCP listener at `127.0.0.1`); the pg_hba
+    /// rules stay `host` (TLS or not) unless [`hba_rule`](Self::hba_rule) says otherwise.
+    pub fn tls(mut self, tls: ServerTls) -> ClusterBuilder {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Adds a `pg_hba.conf` line before the default rules (the first matching line decides),
+    /// e.g. `hostssl all certuser 127.0.0.1/32 cert`. Keep the address loopback.
+    pub fn hba_rule(mut self, line: impl Into<String>) -> ClusterBuilder {
+        self.hba_rules.push(line.into());
+        self
+    }
+
     /// Creates a fresh temporary directory (`$TMPDIR/pgcluster-*`), installs extension files,
     /// runs `initdb` and starts the server, returning once it accepts connections.
     ///
@@ -153,7 +172,11 @@ impl ClusterBuilder {
             user,
             self.settings.clone(),
         )?;
-        initdb(&cluster, &self.initdb_args)?;
+        if let Some(tls) = &self.tls {
+            let settings = tls.install(&cluster)?;
+            cluster.add_settings(settings);
+        }
+        initdb(&cluster, &self.initdb_args, &self.hba_rules)?;
         cluster.start()?;
         Ok(cluster)
     }
@@ -279,7 +302,7 @@ fn prepare_dirs(cluster: &Cluster) -> Result<()> {
 }
 
 /// Runs initdb for the cluster's data directory.
-fn initdb(cluster: &Cluster, extra: &[String]) -> Result<()> {
+fn initdb(cluster: &Cluster, extra: &[String], hba_rules: &[String]) -> Result<()> {
     let server = cluster.server_installation();
     let data = cluster.data_dir();
     // The unix socket (in a 0700 directory) trusts; TCP wants the generated password, which
@@ -307,7 +330,9 @@ fn initdb(cluster: &Cluster, extra: &[String]) -> Result<()> {
     let _ = fs::remove_file(&pwfile);
     ran?;
     let hba = data.join("pg_hba.conf");
-    fs::write(&hba, HBA).ctx("writing", &hba)
+    let mut text: String = hba_rules.iter().map(|rule| format!("{rule}\n")).collect();
+    text.push_str(HBA);
+    fs::write(&hba, text).ctx("writing", &hba)
 }
 
 /// The `pg_hba.conf` of a throw-away cluster. The unix socket (in a directory only the server's

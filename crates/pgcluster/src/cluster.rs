@@ -382,6 +382,14 @@ impl Cluster {
         self.application_name = Some(name);
     }
 
+    /// Adds server settings (effective from the next start), replacing earlier values.
+    pub(crate) fn add_settings(&mut self, settings: Vec<(String, String)>) {
+        for (name, value) in settings {
+            self.settings.retain(|(k, _)| *k != name);
+            self.settings.push((name, value));
+        }
+    }
+
     pub(crate) fn settings(&self) -> &[(String, String)] {
         &self.settings
     }

@@ -13,7 +13,10 @@
 //! It also keeps clusters that outlive the process ([`PersistentCluster`]): a data directory
 //! on disk, a server started detached that later processes attach to, and a lock so that
 //! processes starting or stopping it take turns. Extension files (a control file and SQL
-//! scripts, [`ExtensionFiles`]) can be installed from a directory or from memory.
+//! scripts, [`ExtensionFiles`]) can be installed from a directory or from memory. A cluster can
+//! serve TLS on its TCP listener ([`ClusterBuilder::tls`] with a [`ServerTls`], extra pg_hba lines
+//! with [`ClusterBuilder::hba_rule`]); with the `test-certs` feature, `TestCa` makes a CA at test
+//! time (rcgen: no `openssl` binary) and issues the server's and clients' certificates.
 //!
 //! ```no_run
 //! # async fn demo() -> pgcluster::Result<()> {
@@ -57,6 +60,9 @@ mod registry;
 mod replica;
 mod secret;
 mod sweep;
+#[cfg(feature = "test-certs")]
+mod test_certs;
+mod tls;
 mod user;
 mod version;
 
@@ -72,5 +78,8 @@ pub use persistent::{DEFAULT_PORT, DetachedServer, PersistentCluster, StartStopL
 pub use registry::cleanup_registered;
 pub use replica::ReplicaBuilder;
 pub use sweep::sweep_stale;
+#[cfg(feature = "test-certs")]
+pub use test_certs::{Issued, TestCa};
+pub use tls::ServerTls;
 pub use user::{ServerUser, server_user};
 pub use version::PgVersion;

@@ -258,9 +258,10 @@ pub struct ConnArgs {
     /// PostgreSQL connection URL or libpq conninfo string.
     ///
     /// Examples: postgresql://app@db.example/app, "host=/var/run/postgresql dbname=app".
-    /// Settings it leaves out are taken from PG* variables as libpq does. Without it (and without
-    /// PGHOST, PGPORT, PGUSER or PGDATABASE), the embedded local server is used. TLS is not
-    /// supported: sslmode must be disable, allow or prefer.
+    /// Read as libpq reads it: settings it leaves out come from PG* variables, a missing password
+    /// from ~/.pgpass (PGPASSFILE), TLS as sslmode says (default prefer; require, verify-ca,
+    /// verify-full with sslrootcert=FILE or sslrootcert=system). Without it (and without PGHOST,
+    /// PGPORT, PGUSER or PGDATABASE), the embedded local server is used.
     #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 

@@ -1,12 +1,10 @@
 //! Where commands connect, decided before any I/O: a URL (`--database-url` / `DATABASE_URL`), libpq's
 //! `PG*` variables, or the embedded local server; and connecting to it.
 //!
-//! tokio-postgres reads no environment variables itself, so libpq's conventions are applied here:
-//! settings missing from the URL come from `PGHOST`, `PGHOSTADDR`, `PGPORT`, `PGUSER`,
-//! `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGCONNECT_TIMEOUT` and `PGSSLMODE`; a missing host
-//! means the default socket directory. This binary has no TLS, so `sslmode` must be `disable`,
-//! `allow` or `prefer` (the latter two then connect without TLS, as libpq does when the server
-//! offers none).
+//! The URL or the `PG*` variables are read by the client library as libpq reads them
+//! ([`pglease::ConnectOptions`]: libpq's variables for what the URL leaves out, the password file,
+//! TLS by `sslmode`, `sslrootcert`, `sslcert` and `sslkey`), so the command and programs using the
+//! library connect alike. The embedded local server is reached over its unix socket, without TLS.
 //!
 //! Every exchange with the server is bounded ([`Limits`]): establishing a connection by libpq's
 //! `connect_timeout` (URL or conninfo, else `PGCONNECT_TIMEOUT`, else 10 s; per host; 0 means no
@@ -15,12 +13,12 @@
 //! callers' business (`config.rs`); a bound that passes is a [`NoAnswer`] error.
 
 use std::future::Future;
-use std::net::IpAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use tokio_postgres::Config;
-use tokio_postgres::config::{Host, SslMode};
+use pglease::{ConnectOptions, TlsConnector};
+use tokio_postgres::config::Host;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Config, Socket};
 
 use crate::cli::ConnArgs;
 use crate::exit::{self, BoxError};
@@ -151,8 +149,8 @@ pub struct Target {
 enum Place {
     /// A given server: from the URL, or from `PG*` variables alone.
     Remote {
-        /// The complete configuration.
-        config: Box<Config>,
+        /// The complete configuration, TLS included.
+        options: Box<ConnectOptions>,
         /// What chose it, for messages: `database URL` or `PG* variables`.
         via: &'static str,
     },
@@ -162,6 +160,8 @@ enum Place {
         server: LocalServer,
         /// The major version of a new local server.
         major: u32,
+        /// A connector for its unix socket, where TLS is never used.
+        tls: TlsConnector,
     },
 }
 
@@ -170,11 +170,17 @@ impl Target {
     ///
     /// # Errors
     ///
-    /// A URL that does not parse, a `PG*` variable with an invalid value, an sslmode needing TLS
-    /// (all usage errors); or no place for the local server.
+    /// A URL that does not parse, a `PG*` variable with an invalid value, a TLS setting naming a
+    /// missing or unusable file (all usage errors); or no place for the local server.
     pub fn resolve(args: &ConnArgs, local_major: u32) -> Result<Target, ConfigError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        Target::resolve_with(args, local_major, &env)
+        let target = Target::resolve_with(args, local_major, &env)?;
+        if let Place::Remote { options, .. } = &target.place {
+            for warning in options.warnings() {
+                eprintln!("pglease: warning: {warning}");
+            }
+        }
+        Ok(target)
     }
 
     fn resolve_with(
@@ -182,22 +188,26 @@ impl Target {
         local_major: u32,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Target, ConfigError> {
-        let (mut config, via, url) = match &args.database_url {
-            Some(url) => {
-                let config: Config = url.parse().map_err(|e| {
-                    ConfigError::Usage(format!("invalid --database-url / DATABASE_URL: {e}"))
-                })?;
-                (config, "database URL", url.as_str())
-            }
+        let (text, via, context) = match &args.database_url {
+            Some(url) => (
+                url.as_str(),
+                "database URL",
+                "--database-url / DATABASE_URL",
+            ),
             None if SELECTING_VARS.iter().any(|v| env(v).is_some()) => {
-                (Config::new(), "PG* variables", "")
+                ("", "PG* variables", "the PG* variables")
             }
             None => {
                 let server = LocalServer::from_env().map_err(ConfigError::Other)?;
+                // The local server's socket: no TLS, and nothing from the environment.
+                let tls = ConnectOptions::parse_with_env("host=/ user=pglease", &|_| None)
+                    .map_err(|e| ConfigError::Other(e.message().to_owned()))?
+                    .tls();
                 return Ok(Target {
                     place: Place::Local {
                         server,
                         major: local_major,
+                        tls,
                     },
                     limits: Limits {
                         connect: connect_timeout("", env).map_err(ConfigError::Usage)?,
@@ -206,14 +216,19 @@ impl Target {
                 });
             }
         };
-        apply_pg_env(&mut config, url, env).map_err(ConfigError::Usage)?;
-        let connect = connect_timeout(url, env).map_err(ConfigError::Usage)?;
+        let mut options = ConnectOptions::parse_with_env(text, env)
+            .map_err(|e| ConfigError::Usage(format!("{context}: {}", e.message())))?;
+        let connect = connect_timeout(text, env).map_err(ConfigError::Usage)?;
+        let config = options.config_mut();
+        if config.get_application_name().is_none() {
+            config.application_name("pglease");
+        }
         if let Some(timeout) = connect {
             config.connect_timeout(timeout);
         }
         Ok(Target {
             place: Place::Remote {
-                config: Box::new(config),
+                options: Box::new(options),
                 via,
             },
             limits: Limits {
@@ -221,6 +236,14 @@ impl Target {
                 request: args.request_timeout,
             },
         })
+    }
+
+    /// The TLS connector to use with [`config`](Self::config).
+    pub fn tls(&self) -> TlsConnector {
+        match &self.place {
+            Place::Remote { options, .. } => options.tls(),
+            Place::Local { tls, .. } => tls.clone(),
+        }
     }
 
     /// Whether this is the embedded local server.
@@ -232,8 +255,8 @@ impl Target {
     /// `connect_timeout` set to the connect bound for each host.
     pub async fn config(&self) -> Result<Config, BoxError> {
         match &self.place {
-            Place::Remote { config, .. } => Ok((**config).clone()),
-            Place::Local { server, major } => {
+            Place::Remote { options, .. } => Ok(options.config().clone()),
+            Place::Local { server, major, .. } => {
                 let started = server.ensure_started(*major, self.limits).await?;
                 if started.created || started.started {
                     // Said once, when this command starts it: under cron (no DATABASE_URL) a job
@@ -261,7 +284,7 @@ impl Target {
     /// Connects (starting the local server first if it is the target), within the connect bound.
     pub async fn connect(&self) -> Result<tokio_postgres::Client, BoxError> {
         let config = self.config().await?;
-        connect_config(&config, self.limits)
+        connect_config(&config, self.tls(), self.limits)
             .await
             .map_err(|e| exit::context(format!("connecting to {}", self.describe()), e))
     }
@@ -280,7 +303,7 @@ impl Target {
             None => builder,
         };
         builder
-            .connect_with(config, tokio_postgres::NoTls)
+            .connect_with(config, self.tls())
             .await
             .map_err(|e| exit::context(format!("connecting to {}", self.describe()), e))
     }
@@ -312,8 +335,18 @@ impl Target {
     /// A description for messages, without the password.
     pub fn describe(&self) -> String {
         match &self.place {
-            Place::Remote { config, via } => {
-                format!("{} (from the {via})", describe_config(config))
+            Place::Remote { options, via } => {
+                // The mode is named where it makes the connection TLS-only.
+                let mode = options.ssl_mode();
+                let tls = if mode.requires_tls() {
+                    format!(", sslmode={mode}")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} (from the {via}{tls})",
+                    describe_config(options.config())
+                )
             }
             Place::Local { server, .. } => format!("local server in {}", server.dir().display()),
         }
@@ -377,154 +410,6 @@ pub enum ConfigError {
     Other(String),
 }
 
-/// Fills what `config` lacks from libpq's variables, as libpq does, and checks sslmode.
-fn apply_pg_env(
-    config: &mut Config,
-    url: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), String> {
-    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-        if let Some(hosts) = env("PGHOST") {
-            for host in hosts.split(',') {
-                config.host(host.trim());
-            }
-        }
-        if let Some(addrs) = env("PGHOSTADDR") {
-            for addr in addrs.split(',') {
-                let ip: IpAddr = addr
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("PGHOSTADDR: invalid address {addr:?}"))?;
-                config.hostaddr(ip);
-            }
-        }
-        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-            config.host_path(default_socket_dir());
-        }
-    }
-    // tokio-postgres fills in 5432 for a URL host without a port, so look at the text itself.
-    if !mentions_port(url)
-        && let Some(ports) = env("PGPORT")
-    {
-        *config = without_ports(std::mem::take(config));
-        for port in ports.split(',') {
-            let port: u16 = port
-                .trim()
-                .parse()
-                .map_err(|_| format!("PGPORT: invalid port {port:?}"))?;
-            config.port(port);
-        }
-    }
-    if config.get_user().is_none()
-        && let Some(user) = env("PGUSER")
-    {
-        config.user(user);
-    }
-    if config.get_password().is_none()
-        && let Some(password) = env("PGPASSWORD")
-    {
-        config.password(password);
-    }
-    if config.get_dbname().is_none()
-        && let Some(dbname) = env("PGDATABASE")
-    {
-        config.dbname(dbname);
-    }
-    if config.get_application_name().is_none() {
-        config.application_name(env("PGAPPNAME").unwrap_or_else(|| "pglease".into()));
-    }
-    if !url.contains("sslmode")
-        && let Some(mode) = env("PGSSLMODE")
-    {
-        config.ssl_mode(match mode.as_str() {
-            "disable" | "allow" => SslMode::Disable,
-            "prefer" => SslMode::Prefer,
-            other => {
-                return Err(format!(
-                    "PGSSLMODE={other}: pglease is built without TLS; use disable, allow or prefer"
-                ));
-            }
-        });
-    }
-    match config.get_ssl_mode() {
-        SslMode::Disable | SslMode::Prefer => Ok(()),
-        _ => Err("sslmode requires TLS, which pglease is built without; \
-                  use sslmode=disable, allow or prefer"
-            .into()),
-    }
-}
-
-/// Whether a URL or conninfo string sets a port.
-fn mentions_port(url: &str) -> bool {
-    let Some(rest) = url
-        .strip_prefix("postgresql://")
-        .or_else(|| url.strip_prefix("postgres://"))
-    else {
-        return url
-            .split_whitespace()
-            .any(|kv| kv.trim_start().starts_with("port") && kv.contains('='))
-            || url.contains("port =");
-    };
-    let (authority, query) = match rest.find(['/', '?']) {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let hosts = authority.rsplit('@').next().unwrap_or("");
-    let hosts_have_port = hosts.split(',').any(|h| match h.rfind(']') {
-        Some(end) => h[end..].contains(':'),
-        None => h.contains(':'),
-    });
-    hosts_have_port || query.contains("port=")
-}
-
-/// `config` with its ports removed (tokio-postgres has no setter for that): rebuilt field by field
-/// for the settings a URL can carry that pglease uses.
-fn without_ports(config: Config) -> Config {
-    let mut fresh = Config::new();
-    for host in config.get_hosts() {
-        match host {
-            Host::Tcp(name) => fresh.host(name),
-            Host::Unix(path) => fresh.host_path(path),
-        };
-    }
-    for addr in config.get_hostaddrs() {
-        fresh.hostaddr(*addr);
-    }
-    if let Some(user) = config.get_user() {
-        fresh.user(user);
-    }
-    if let Some(password) = config.get_password() {
-        fresh.password(password);
-    }
-    if let Some(dbname) = config.get_dbname() {
-        fresh.dbname(dbname);
-    }
-    if let Some(options) = config.get_options() {
-        fresh.options(options);
-    }
-    if let Some(name) = config.get_application_name() {
-        fresh.application_name(name);
-    }
-    if let Some(timeout) = config.get_connect_timeout() {
-        fresh.connect_timeout(*timeout);
-    }
-    fresh
-        .ssl_mode(config.get_ssl_mode())
-        .target_session_attrs(config.get_target_session_attrs())
-        .keepalives(config.get_keepalives())
-        .keepalives_idle(config.get_keepalives_idle());
-    fresh
-}
-
-/// libpq's default socket directory: Debian's `/var/run/postgresql` if present, else `/tmp`.
-fn default_socket_dir() -> &'static Path {
-    ["/run/postgresql", "/var/run/postgresql"]
-        .into_iter()
-        .map(Path::new)
-        .find(|p| p.is_dir())
-        .unwrap_or(Path::new("/tmp"))
-}
-
 /// `user@host:port/dbname` for messages (no password).
 fn describe_config(config: &Config) -> String {
     let hosts: Vec<String> = config
@@ -534,8 +419,17 @@ fn describe_config(config: &Config) -> String {
             Host::Tcp(name) => name.clone(),
             Host::Unix(path) => path.display().to_string(),
         })
-        .chain(config.get_hostaddrs().iter().map(|a| a.to_string()))
         .collect();
+    // A host's name is what the user chose (and what TLS checks); addresses only when no name.
+    let hosts = if hosts.is_empty() {
+        config
+            .get_hostaddrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect()
+    } else {
+        hosts
+    };
     let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
     let port = if ports.is_empty() {
         "5432".to_string()
@@ -554,14 +448,20 @@ fn describe_config(config: &Config) -> String {
     )
 }
 
-/// Connects with `config` (no TLS) and drives the connection on a spawned task. Establishing it
-/// (socket, startup, authentication: everything libpq's `connect_timeout` covers) may take at most
-/// `limits.connect` per host; tokio-postgres alone bounds only the socket connect.
-pub async fn connect_config(
+/// Connects with `config` and the TLS connector `tls`, and drives the connection on a spawned
+/// task. Establishing it (socket, TLS, startup, authentication: everything libpq's
+/// `connect_timeout` covers) may take at most `limits.connect` per host; tokio-postgres alone
+/// bounds only the socket connect.
+pub async fn connect_config<T>(
     config: &Config,
+    tls: T,
     limits: Limits,
-) -> Result<tokio_postgres::Client, BoxError> {
-    let connecting = config.connect(tokio_postgres::NoTls);
+) -> Result<tokio_postgres::Client, BoxError>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let connecting = config.connect(tls);
     let (client, connection) = match limits.connect {
         None => connecting.await?,
         Some(per_host) => {

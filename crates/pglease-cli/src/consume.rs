@@ -108,7 +108,7 @@ pub async fn consume(args: QueueConsumeArgs, target: &Target) -> Result<ExitCode
         .ttl(args.ttl)
         .batch_size(args.batch)
         .on_shutdown(OnShutdown::Finish)
-        .listen(target.config().await?);
+        .listen_with(target.config().await?, target.tls());
     if !args.partitions.is_empty() {
         consumer = consumer.partitions(args.partitions.iter().copied());
     }

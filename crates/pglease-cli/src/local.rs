@@ -189,7 +189,8 @@ impl LocalServer {
     /// Installs our extensions (pg_lease, pg_lease_queue) in [`DATABASE`] unless they are there at
     /// this binary's versions.
     async fn ensure_installed(&self, limits: Limits) -> Result<(), BoxError> {
-        let mut client = connect::connect_config(&self.pg_config(), limits).await?;
+        let mut client =
+            connect::connect_config(&self.pg_config(), tokio_postgres::NoTls, limits).await?;
         let what = || format!("waiting for the local server in {}", self.dir().display());
         let mut current = true;
         for ext in pglease::EXTENSIONS {

@@ -165,10 +165,7 @@ pub async fn acquire(
             // Bounded as a whole, and a second signal ends it: a hung server must not keep pglease
             // from exiting (the server then ends the statement on its own, see the module docs).
             let cleanup = async {
-                let _ = client
-                    .cancel_token()
-                    .cancel_query(tokio_postgres::NoTls)
-                    .await;
+                let _ = client.cancel_token().cancel_query(target.tls()).await;
                 if let Ok(Some(h)) = holder(client, key).await
                     && h.state.owner.as_deref() == Some(owner)
                 {

@@ -167,8 +167,8 @@ impl ConsumerBuilder {
     /// Waits for new messages with `LISTEN` on channel `lease_queue`: on the client's listening
     /// connection ([`pglease::Client::subscribe`]) when the client has one, so the process holds
     /// one listening connection, not two; else (a client in pooler mode, or built from a pool
-    /// without one) on a connection of its own opened with `config`, without TLS
-    /// ([`pglease::Listener`]). An idle partition sleeps until a notification for it, until its
+    /// without one) on a connection of its own opened with `config`, without TLS (for TLS use
+    /// [`listen_options`](Self::listen_options)) ([`pglease::Listener`]). An idle partition sleeps until a notification for it, until its
     /// next message is due (`next_due`), or a third of the ttl, whichever comes first.
     ///
     /// Without it (behind a transaction-mode pooler, where `LISTEN` does not work, or for a queue
@@ -186,6 +186,21 @@ impl ConsumerBuilder {
     /// ```
     pub fn listen(self, config: Config) -> ConsumerBuilder {
         self.listen_with(config, NoTls)
+    }
+
+    /// As [`listen`](Self::listen), connecting as `options` say (TLS included).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: pglease::Client) -> pglease::Result<()> {
+    /// let options = pglease::ConnectOptions::parse("host=db.example user=app sslmode=require")?;
+    /// let b = pglease_queue::Consumer::builder(client, "orders").listen_options(&options);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn listen_options(self, options: &pglease::ConnectOptions) -> ConsumerBuilder {
+        self.listen_with(options.config().clone(), options.tls())
     }
 
     /// As [`listen`](Self::listen), with the TLS connector `tls`.

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{Config, NoTls, Socket};
+use tokio_postgres::{Config, Socket};
 
 use crate::client::{Client, Options};
 use crate::confirmed::ConfirmedConnect;
+use crate::connect_options::ConnectOptions;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::listener;
@@ -207,12 +208,15 @@ impl ClientBuilder {
         self
     }
 
-    /// Connects without TLS to the server named by a libpq-style connection string
-    /// (`host=... user=... dbname=...` or a `postgresql://` URL).
+    /// Connects to the server named by a libpq connection string (`host=... user=...
+    /// dbname=...` or a `postgresql://` URL), read as libpq reads it: the `PG*` variables for
+    /// what it leaves out, the password file, and TLS as `sslmode`, `sslrootcert`, `sslcert` and
+    /// `sslkey` say ([`ConnectOptions`]).
     ///
     /// # Errors
     ///
-    /// - [`Error::is_invalid_input`]: an unparsable connection string or an invalid setting.
+    /// - [`Error::is_invalid_input`]: a connection string that does not parse, an invalid
+    ///   setting, an unusable certificate or key file ([`ConnectOptions::parse`]).
     /// - with [`check_version`](Self::check_version): [`Error::is_not_installed`],
     ///   [`Error::is_version_mismatch`], or the connection's error.
     ///
@@ -225,20 +229,42 @@ impl ClientBuilder {
     /// ```no_run
     /// # async fn demo() -> pglease::Result<()> {
     /// let client = pglease::Client::builder()
-    ///     .connect("postgresql://app@db.example/app")
+    ///     .connect("postgresql://app@db.example/app?sslmode=verify-full&sslrootcert=ca.pem")
     ///     .await?;
     /// # Ok(())
     /// # }
     /// ```
     pub async fn connect(self, conninfo: &str) -> Result<Client> {
-        let config: Config = conninfo
-            .parse()
-            .map_err(|e| Error::invalid_argument(format!("connection string: {e}")))?;
-        self.connect_with(config, NoTls).await
+        let options = ConnectOptions::parse(conninfo)?;
+        self.connect_options(&options).await
     }
 
-    /// Connects with `config` and the TLS connector `tls` (e.g. `tokio_postgres::NoTls`,
-    /// `postgres-native-tls` or `tokio-postgres-rustls`).
+    /// Connects as `options` say: its configuration and its TLS connector.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect), but for parsing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing outlives the dropped future.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> pglease::Result<()> {
+    /// let options = pglease::ConnectOptions::from_env()?;
+    /// let client = pglease::Client::builder().connect_options(&options).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_options(self, options: &ConnectOptions) -> Result<Client> {
+        self.connect_with(options.config().clone(), options.tls())
+            .await
+    }
+
+    /// Connects with `config` and the TLS connector `tls` (e.g. `tokio_postgres::NoTls`, a
+    /// [`ConnectOptions::tls`] connector, `postgres-native-tls` or `tokio-postgres-rustls`).
     ///
     /// # Errors
     ///
@@ -358,7 +384,8 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Connects with default settings (see [`ClientBuilder`]), without TLS.
+    /// Connects with default settings (see [`ClientBuilder`]), as
+    /// [`ClientBuilder::connect`]: libpq's variables, password file and TLS settings apply.
     ///
     /// # Errors
     ///

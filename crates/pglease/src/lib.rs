@@ -26,6 +26,10 @@
 //!   [`raise_min_epoch`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
+//! - **Connecting** ([`ConnectOptions`], [`SslMode`], [`TlsConnector`]): a connection string read
+//!   as libpq reads it — `PG*` variables, the password file, TLS by `sslmode`, `sslrootcert`,
+//!   `sslcert` and `sslkey` (rustls) — one value for the client, a [`Listener`] and the queue
+//!   consumer.
 //! - **Installation** ([`install()`], [`create_extension`], [`installed`], [`check_version`]):
 //!   puts the SQL API into a database, either with `CREATE EXTENSION` or, on managed PostgreSQL
 //!   without the extension files, by running the extension's own scripts ([`MIGRATIONS`]).
@@ -113,11 +117,15 @@ mod attempt;
 mod builder;
 mod client;
 mod confirmed;
+mod connect_options;
+mod conninfo;
 mod deadline;
 mod identity;
+mod pgpass;
 mod reservations;
 mod retry;
 mod target;
+mod tls;
 mod wait;
 
 // A held lease: the handle, its guard, the state they share with the keepalive, why it ends, and
@@ -160,6 +168,7 @@ pub use calls::{
 };
 pub use client::Client;
 pub use confirmed::{ConfirmedConnect, drive_connection};
+pub use connect_options::{ConnectOptions, ENVIRONMENT};
 pub use election::{Election, Leader, LeaderStream};
 pub use error::{Error, Result};
 pub use extension::{
@@ -184,6 +193,7 @@ pub use slot_map::{
     fnv1a_64, routing_key,
 };
 pub use slot_move::{SlotMove, Transferred};
+pub use tls::{SslMode, TlsConnector};
 
 /// The connection pool crate the [`Client`] is built on (for [`ClientBuilder::from_pool`]).
 pub use deadpool_postgres;

@@ -113,6 +113,21 @@ impl Listener {
         Listener::with_tls(config, NoTls)
     }
 
+    /// A listener that connects as `options` say (TLS included). It connects nothing yet.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> pglease::Result<()> {
+    /// let options = pglease::ConnectOptions::parse("host=db.example user=app sslmode=require")?;
+    /// let listener = pglease::Listener::from_options(&options);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_options(options: &crate::ConnectOptions) -> Listener {
+        Listener::with_tls(options.config().clone(), options.tls())
+    }
+
     /// A listener that connects with `config` and the TLS connector `tls`. It connects nothing
     /// yet.
     ///

@@ -16,8 +16,12 @@ fn resolve(url: Option<&str>, vars: &[(&str, &str)]) -> Result<Target, ConfigErr
 }
 
 fn remote(target: Target) -> Config {
+    remote_options(target).config().clone()
+}
+
+fn remote_options(target: Target) -> ConnectOptions {
     match target.place {
-        Place::Remote { config, .. } => *config,
+        Place::Remote { options, .. } => *options,
         Place::Local { .. } => panic!("expected a remote target, got the local server"),
     }
 }
@@ -70,39 +74,32 @@ fn a_password_alone_does_not_select_a_server() {
 }
 
 #[test]
-fn tls_modes_are_usage_errors() {
+fn tls_settings_are_read_and_their_mistakes_are_usage_errors() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().to_str().unwrap();
+    let options = remote_options(
+        resolve(Some("postgresql://h/db?sslmode=require"), &[("HOME", home)]).unwrap(),
+    );
+    assert_eq!(options.ssl_mode(), pglease::SslMode::Require);
+    let options = remote_options(
+        resolve(
+            Some("postgresql://h/db"),
+            &[("HOME", home), ("PGSSLMODE", "disable")],
+        )
+        .unwrap(),
+    );
+    assert_eq!(options.ssl_mode(), pglease::SslMode::Disable);
     for (url, vars) in [
-        (Some("postgresql://h/db?sslmode=require"), vec![]),
+        (
+            Some("postgresql://h/db?sslmode=sometimes"),
+            vec![("HOME", home)],
+        ),
         (
             Some("postgresql://h/db"),
-            vec![("PGSSLMODE", "verify-full")],
+            vec![("HOME", home), ("PGSSLMODE", "verify-full")],
         ),
     ] {
         assert!(matches!(resolve(url, &vars), Err(ConfigError::Usage(_))));
-    }
-    let config = remote(resolve(Some("postgresql://h/db"), &[("PGSSLMODE", "disable")]).unwrap());
-    assert_eq!(config.get_ssl_mode(), SslMode::Disable);
-}
-
-#[test]
-fn ports_in_urls_are_recognised() {
-    for url in [
-        "postgresql://h:5433/db",
-        "postgresql://u:pw@h:5433",
-        "postgresql://[::1]:5433/db",
-        "postgresql:///db?host=/tmp&port=5433",
-        "host=/tmp port=5433",
-    ] {
-        assert!(mentions_port(url), "{url}");
-    }
-    for url in [
-        "postgresql://h/db",
-        "postgresql://u:pw@h/db",
-        "postgresql://[::1]/db",
-        "host=/tmp dbname=x",
-        "",
-    ] {
-        assert!(!mentions_port(url), "{url}");
     }
 }
 
@@ -161,9 +158,21 @@ fn conninfo_values_are_read_like_libpq() {
 }
 
 #[test]
-fn malformed_urls_are_usage_errors() {
-    assert!(matches!(
-        resolve(Some("postgresql://h:notaport/db"), &[]),
-        Err(ConfigError::Usage(_))
-    ));
+fn malformed_urls_are_usage_errors_saying_why() {
+    for (url, why) in [
+        ("postgresql://h:notaport/db", "invalid port \"notaport\""),
+        ("host=h dbname", "missing `=` after \"dbname\""),
+        (
+            "postgresql://h/db?colour=blue",
+            "invalid connection option \"colour\"",
+        ),
+    ] {
+        match resolve(Some(url), &[]) {
+            Err(ConfigError::Usage(m)) => {
+                assert!(m.starts_with("--database-url / DATABASE_URL: "), "{m}");
+                assert!(m.contains(why), "{url}: {m}");
+            }
+            other => panic!("{url}: expected a usage error, got {other:?}"),
+        }
+    }
 }

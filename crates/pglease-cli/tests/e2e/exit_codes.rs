@@ -131,7 +131,7 @@ fn an_invalid_command_line_is_a_usage_error() {
     ])
     .expect_code(2);
     case.bare(["inspect", "-k", "x"])
-        .env("DATABASE_URL", "postgresql://h/db?sslmode=require")
+        .env("DATABASE_URL", "postgresql://h/db?sslmode=sometimes")
         .expect_code(2);
 }
 

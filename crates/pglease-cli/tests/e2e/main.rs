@@ -13,5 +13,6 @@ mod queue;
 mod run;
 mod run_supervision;
 mod terminal;
+mod tls;
 mod usage;
 mod verbose;

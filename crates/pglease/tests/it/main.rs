@@ -14,4 +14,5 @@ mod pooler;
 mod renew_many;
 mod semaphore;
 mod shard;
+mod tls;
 mod waiting;
