@@ -24,7 +24,7 @@ pub use leases::{
 };
 pub use local::{DemoArgs, LocalCommand, LocalStartArgs, LocalStatusArgs, LocalUrlArgs};
 pub use queue::{
-    QueueCommand, QueueConsumeArgs, QueueCreateArgs, QueueDeadLettersArgs, QueueNameArgs,
+    QueueCommand, QueueConsumeArgs, QueueCreateArgs, QueueDeadLettersArgs, QueueDropArgs,
     QueueRedriveArgs, QueueSendArgs, QueueStatsArgs,
 };
 pub use run::{Descendants, ElectArgs, Holding, RunArgs, SupervisionArgs};
@@ -35,11 +35,14 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success
   1    error: PostgreSQL unreachable or failing, SQL error, local server failed to start
-  2    invalid command line
+  2    invalid command line; a queue payload that is not JSON; queue drop without --yes and
+       no terminal to ask on
   3    not acquired: another owner holds the key (acquire; run: still held when --wait ran out;
        run --limit: every slot held; elect: not elected within --wait); leader: no leader
   4    lost: renew/release refused (not_owner, lapsed, epoch_mismatch); run: the lease was lost
        while the command ran, and the command was terminated
+  5    not installed: pg_lease (pg_lease_queue for queue commands) is missing from the
+       database, or older than this pglease; the message names `pglease install`
   run  otherwise exits with the command's status: 128+N if a signal N killed it,
        126 if it could not be executed, 127 if it was not found; run's own 1, 3 and 4
        can be moved with --error-exit-code, --conflict-exit-code and --lost-exit-code";

@@ -17,8 +17,10 @@ pub enum QueueCommand {
     Create(QueueCreateArgs),
     /// Drop a queue with its messages and dead letters; its partitions' epochs are kept.
     ///
-    /// Waits for producers that sent to it and for calls in flight on its partitions to end.
-    Drop(QueueNameArgs),
+    /// Asks for confirmation on a terminal (stdin); without one, --yes is required (else exit 2).
+    /// An answer other than y or yes drops nothing (exit 1). Waits for producers that sent to it
+    /// and for calls in flight on its partitions to end.
+    Drop(QueueDropArgs),
     /// Send one message; it is committed when this command returns.
     ///
     /// The payload is JSON, from the argument or (without it, or with -) from stdin. Messages
@@ -82,11 +84,14 @@ pub struct QueueCreateArgs {
     pub conn: ConnArgs,
 }
 
-/// Options of commands that take only a queue.
+/// Options of `pglease queue drop`.
 #[derive(Debug, Args)]
-pub struct QueueNameArgs {
+pub struct QueueDropArgs {
     #[command(flatten)]
     pub queue: QueueArg,
+    /// Drop without asking (required when stdin is not a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -98,8 +103,11 @@ pub struct QueueNameArgs {
 pub struct QueueSendArgs {
     #[command(flatten)]
     pub queue: QueueArg,
-    /// The payload, JSON (e.g. '{"order": 42}'); - or nothing reads it from stdin.
-    #[arg(value_name = "PAYLOAD")]
+    /// The payload, JSON (e.g. '{"order": 42}', or '"text"' for a string: single quotes keep the
+    /// shell from eating the double quotes); - or nothing reads it from stdin.
+    ///
+    /// A payload that is not JSON is a usage error (exit 2), from stdin too.
+    #[arg(value_name = "PAYLOAD", value_parser = super::parse_payload)]
     pub payload: Option<String>,
     /// The message's key: messages of one key are delivered in order (1 to 1024 bytes).
     #[arg(long, short = 'k', value_name = "KEY", value_parser = super::parse_name)]

@@ -1,0 +1,67 @@
+//! A queue command's server errors told in pglease's terms: what went wrong and the `pglease`
+//! command that fixes it, instead of hints naming SQL functions (`lease_queue.create_queue`).
+//! Recognised by SQLSTATE alone (docs/SQLSTATES.md), never by message text; the SQLSTATE stays in
+//! the message.
+
+use std::fmt;
+
+use crate::exit::BoxError;
+
+/// A server error of a queue command, rephrased; `(SQLSTATE XXXXX)` ends its text.
+#[derive(Debug)]
+pub struct QueueError {
+    message: String,
+    sqlstate: String,
+}
+
+impl fmt::Display for QueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (SQLSTATE {})", self.message, self.sqlstate)
+    }
+}
+
+impl std::error::Error for QueueError {}
+
+/// `error` rephrased if it is a server error, for a command on queue `queue` (if it names one).
+pub fn speak(error: BoxError, queue: Option<&str>) -> BoxError {
+    let db = std::iter::successors(Some(&*error as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .find_map(|e| {
+        e.downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::as_db_error)
+    });
+    let Some(db) = db else {
+        return error;
+    };
+    let code = db.code().code();
+    let q = queue.unwrap_or("QUEUE");
+    let message = match code {
+        "LQ001" => format!(
+            "queue {q} does not exist: create it with `pglease queue create {q} --partitions N` \
+             (`pglease queue stats` lists the queues)"
+        ),
+        "42710" => format!("queue {q} already exists (`pglease queue stats {q}` shows it)"),
+        "55006" => format!(
+            "{}: messages of that key are in an open batch; redrive once the batch is acked",
+            db.message()
+        ),
+        "42501" => format!(
+            "{}: only the role that installed pg_lease_queue may do this, unless it granted \
+             EXECUTE on the function to others (docs/QUEUE.md)",
+            db.message()
+        ),
+        // Anything else: the server's message and detail, without a hint naming SQL functions.
+        _ => match (db.detail(), db.hint()) {
+            (Some(detail), _) => format!("{}: {detail}", db.message()),
+            (None, Some(hint)) if !hint.contains("lease_queue.") => {
+                format!("{} ({hint})", db.message())
+            }
+            _ => db.message().to_owned(),
+        },
+    };
+    Box::new(QueueError {
+        message,
+        sqlstate: code.to_owned(),
+    })
+}
