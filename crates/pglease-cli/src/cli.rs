@@ -124,6 +124,25 @@ pub struct Cli {
     /// here; targets and fields are listed in docs/CLIENT.md, "Observability".
     #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Output")]
     pub verbose: u8,
+
+    /// PostgreSQL connection URL or libpq conninfo string.
+    ///
+    /// Examples: postgresql://app@db.example/app, "host=/var/run/postgresql dbname=app".
+    /// Settings it leaves out are taken from PG* variables as libpq does. Without it (and without
+    /// PGHOST, PGPORT, PGUSER or PGDATABASE), the embedded local server is used. TLS is not
+    /// supported: sslmode must be disable, allow or prefer.
+    ///
+    /// Accepted before or after the subcommand (`pglease --database-url URL list` or `pglease
+    /// list --database-url URL`); `local` and `demo` do not use it.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        global = true,
+        help_heading = "Connection"
+    )]
+    pub database_url: Option<String>,
 }
 
 /// The subcommands.
@@ -258,13 +277,8 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Connection")]
 pub struct ConnArgs {
-    /// PostgreSQL connection URL or libpq conninfo string.
-    ///
-    /// Examples: postgresql://app@db.example/app, "host=/var/run/postgresql dbname=app".
-    /// Settings it leaves out are taken from PG* variables as libpq does. Without it (and without
-    /// PGHOST, PGPORT, PGUSER or PGDATABASE), the embedded local server is used. TLS is not
-    /// supported: sslmode must be disable, allow or prefer.
-    #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    /// The global `--database-url` ([`Cli::database_url`]), filled in by `Config::new`.
+    #[arg(skip)]
     pub database_url: Option<String>,
 
     /// How long to wait for each answer from the server before giving up, e.g. 30s.

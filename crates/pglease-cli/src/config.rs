@@ -12,7 +12,9 @@ use std::io::IsTerminal;
 use std::pin::Pin;
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, Holding, LocalCommand, QueueCommand, semaphore_name_fits};
+use crate::cli::{
+    Cli, Command, ConnArgs, Holding, LocalCommand, QueueCommand, semaphore_name_fits,
+};
 use crate::connect::{ConfigError, Limits, Target};
 use crate::exit::{self, BoxError};
 use crate::local::LocalServer;
@@ -43,7 +45,13 @@ impl Config {
     /// `run --limit` key; [`ConfigError::Other`] when there is no place for the local server.
     pub fn new(cli: Cli) -> Result<Config, ConfigError> {
         let major = local_major()?;
-        let target = |conn| Target::resolve(conn, major);
+        let url = cli.database_url;
+        // Every command's connection arguments, with the global --database-url.
+        let conn = |args: &ConnArgs| ConnArgs {
+            database_url: url.clone(),
+            ..args.clone()
+        };
+        let target = |args: &ConnArgs| Target::resolve(&conn(args), major);
         let handler: Handler = match cli.command {
             // `run` catches and forwards signals itself.
             Command::Run(args) => {
@@ -136,7 +144,7 @@ impl Config {
                 let target = target(&args.conn)?;
                 until_signal(async move { admin::status(args, &target).await })
             }
-            Command::Queue(command) => queue_handler(command, major)?,
+            Command::Queue(command) => queue_handler(command, &url, major)?,
             Command::Local(command) => local_handler(command)?,
             Command::Demo(args) => until_signal(demo::run(args)),
         };
@@ -154,7 +162,11 @@ impl Config {
 }
 
 /// `pglease queue ...`.
-fn queue_handler(command: QueueCommand, major: u32) -> Result<Handler, ConfigError> {
+fn queue_handler(
+    command: QueueCommand,
+    url: &Option<String>,
+    major: u32,
+) -> Result<Handler, ConfigError> {
     if let QueueCommand::Drop(a) = &command
         && !a.yes
         && !std::io::stdin().is_terminal()
@@ -165,8 +177,12 @@ fn queue_handler(command: QueueCommand, major: u32) -> Result<Handler, ConfigErr
             a.queue.queue
         )));
     }
+    let conn = |args: &ConnArgs| ConnArgs {
+        database_url: url.clone(),
+        ..args.clone()
+    };
     let target = Target::resolve(
-        match &command {
+        &conn(match &command {
             QueueCommand::Create(a) => &a.conn,
             QueueCommand::Drop(a) => &a.conn,
             QueueCommand::Send(a) => &a.conn,
@@ -174,7 +190,7 @@ fn queue_handler(command: QueueCommand, major: u32) -> Result<Handler, ConfigErr
             QueueCommand::DeadLetters(a) => &a.conn,
             QueueCommand::Redrive(a) => &a.conn,
             QueueCommand::Consume(a) => &a.conn,
-        },
+        }),
         major,
     )?;
     let queue = match &command {

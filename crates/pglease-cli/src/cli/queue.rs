@@ -164,8 +164,10 @@ pub struct QueueConsumeArgs {
     /// After SIGTERM on a lost lease, wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait)]
     pub kill_after: Duration,
-    /// The command and its arguments, after --.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments: everything from CMD on goes to it, options included
+    /// (`-- CMD --ttl 5` and `CMD --ttl 5` both pass `--ttl 5` to CMD). Give pglease's own options
+    /// before CMD; `--` before CMD is optional (needed only when CMD starts with `-`).
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
     #[command(flatten)]
     pub conn: ConnArgs,

@@ -1,6 +1,8 @@
 //! What a new user meets first: a database without the extension (or with an older one) gets one
 //! message from every command, naming the database and the command that fixes it, and exit 5.
 
+use std::os::unix::fs::PermissionsExt;
+
 use crate::common::{Case, run_sql};
 
 /// Exit code: the extension is not installed, or older than this pglease.
@@ -124,4 +126,88 @@ fn an_older_pg_lease_is_named_with_the_upgrade() {
     case.pglease(["install"]).expect_code(0);
     case.pglease(["run", "-k", "job", "-t", "30s", "--", "true"])
         .expect_code(0);
+}
+
+/// A script that writes its arguments, one a line, to `path`.
+fn args_recorder(case: &Case, path: &std::path::Path) -> String {
+    let script = case.file("record-args.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\nprintf '%s\\n' \"$@\" > '{}'\n",
+            path.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script.display().to_string()
+}
+
+#[test]
+fn options_after_the_command_go_to_it_in_run_elect_and_consume_with_or_without_dashes() {
+    let case = Case::new("first_contact_dashes");
+    case.pglease(["install", "pg_lease_queue"]).expect_code(0);
+    case.pglease(["queue", "create", "q", "-p", "1"])
+        .expect_code(0);
+    let out = case.file("args");
+    let script = args_recorder(&case, &out);
+    let heads: [&[&str]; 3] = [
+        &["run", "-k", "dashes", "-t", "30s"],
+        &["elect", "dashes", "-t", "30s"],
+        &["queue", "consume", "q", "--max-messages", "1"],
+    ];
+    for head in heads {
+        for dashes in [true, false] {
+            if head[0] == "queue" {
+                case.pglease(["queue", "send", "q", "{}"]).expect_code(0);
+            }
+            let _ = std::fs::remove_file(&out);
+            let mut args: Vec<&str> = head.to_vec();
+            if dashes {
+                args.push("--");
+            }
+            args.extend([script.as_str(), "--ttl", "5", "-v"]);
+            case.pglease(&args).expect_code(0);
+            crate::common::expect_eq(
+                &format!("the arguments {args:?} passed to the command"),
+                "--ttl\n5\n-v\n",
+                &std::fs::read_to_string(&out).unwrap(),
+            );
+        }
+    }
+}
+
+#[test]
+fn database_url_is_accepted_before_and_after_the_subcommand() {
+    let case = Case::new("first_contact_global_url");
+    let url = case.url.as_str();
+    case.bare([
+        "acquire",
+        "-k",
+        "global-url",
+        "-t",
+        "1m",
+        "--database-url",
+        url,
+    ])
+    .expect_code(0);
+    for args in [
+        vec!["--database-url", url, "inspect", "global-url", "--json"],
+        vec!["inspect", "global-url", "--json", "--database-url", url],
+        vec!["-v", "--database-url", url, "queue", "stats", "--json"],
+    ] {
+        let out = case.bare(&args).output();
+        // No local server was created: the URL given before the subcommand was used.
+        assert!(
+            !case.file("local").exists() && !out.stderr().contains("local server"),
+            "{}",
+            out.report()
+        );
+        if args.contains(&"inspect") {
+            out.expect_code(0);
+            crate::common::expect_eq("state", "held", out.json()["state"].as_str().unwrap());
+        } else {
+            out.expect_code(5); // pg_lease_queue is not installed in this case's database
+        }
+    }
 }
