@@ -210,6 +210,9 @@ pub enum Command {
     Release(ReleaseArgs),
 
     /// Show a key's state: its holder, epoch and expiry, or its fencing counter if not held.
+    ///
+    /// For the name of a semaphore (`run --key NAME --limit N`), which is no key itself, it shows
+    /// the semaphore's slots instead: each slot's key NAME#i, holder, epoch and expiry.
     Inspect(InspectArgs),
 
     /// List every key (or those starting with PREFIX) and its state.

@@ -2,6 +2,7 @@
 //! message from every command, naming the database and the command that fixes it, and exit 5.
 
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use crate::common::{Case, run_sql};
 
@@ -210,4 +211,45 @@ fn database_url_is_accepted_before_and_after_the_subcommand() {
             out.expect_code(5); // pg_lease_queue is not installed in this case's database
         }
     }
+}
+
+#[test]
+fn inspect_of_a_semaphore_shows_its_slots() {
+    let case = Case::new("first_contact_semaphore");
+    let marker = case.file("holding");
+    let hold = format!("touch '{}'; sleep 30", marker.display());
+    let running = case
+        .pglease([
+            "run", "-k", "backups", "--limit", "3", "-t", "30s", "-o", "nightly", "--shell", &hold,
+        ])
+        .spawn();
+    crate::common::eventually("the slot to be held", Duration::from_secs(20), || {
+        marker.exists().then_some(())
+    });
+    let json = case
+        .pglease(["inspect", "backups", "--json"])
+        .expect_code(0)
+        .json();
+    crate::common::expect_eq("state", "semaphore", json["state"].as_str().unwrap());
+    crate::common::expect_eq("holders", 1, json["holders"].as_u64().unwrap());
+    let slot = &json["slots"][0];
+    crate::common::expect_eq("slot", 1, slot["slot"].as_u64().unwrap());
+    crate::common::expect_eq("its key", "backups#1", slot["key"].as_str().unwrap());
+    assert!(
+        slot["owner"].as_str().unwrap().starts_with("nightly-") && slot["epoch"].as_i64() > Some(0),
+        "{json}"
+    );
+    let text = case.pglease(["inspect", "backups"]).expect_code(0).stdout();
+    assert!(
+        text.contains("semaphore: 1 slot held") && text.contains("backups#1  held  nightly-"),
+        "{text}"
+    );
+    crate::common::send_signal(running.pid(), libc::SIGTERM);
+    running.wait(Duration::from_secs(20));
+    // A name that was never leased is still unknown.
+    let unknown = case
+        .pglease(["inspect", "never", "--json"])
+        .expect_code(0)
+        .json();
+    crate::common::expect_eq("state", "unknown", unknown["state"].as_str().unwrap());
 }
