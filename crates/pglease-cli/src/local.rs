@@ -166,12 +166,19 @@ impl LocalServer {
         })
         .await?
         .map_err(|e| {
-            // The directory is at fault: say how to choose another.
-            let hint = match e {
-                pgcluster::Error::Directory { .. } => " (set PGLEASE_LOCAL_DIR)",
-                _ => "",
-            };
-            exit::context(format!("local server in {}{hint}", self.dir().display()), e)
+            let dir = self.dir().display();
+            match e {
+                // One line, with the log's path, instead of pages of old server log.
+                pgcluster::Error::Start { message, log_tail } => exit::context(
+                    format!("local server in {dir}"),
+                    start_failure(&message, &log_tail, &self.log_path()),
+                ),
+                // The directory is at fault: say how to choose another.
+                e @ pgcluster::Error::Directory { .. } => {
+                    exit::context(format!("local server in {dir} (set PGLEASE_LOCAL_DIR)"), e)
+                }
+                e => exit::context(format!("local server in {dir}"), e),
+            }
         })?;
         // Still under the lock: concurrent first starts install once (the installers also lock).
         self.ensure_installed(limits)
@@ -241,6 +248,31 @@ fn percent_encode(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// A failed start in one line: what failed, the server's last error from the log, and the log's
+/// path.
+fn start_failure(message: &str, log_tail: &str, log: &std::path::Path) -> String {
+    let what = message
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no reason given");
+    let last_error = log_tail.lines().rev().find_map(|l| {
+        ["FATAL:", "PANIC:", "ERROR:"].iter().find_map(|level| {
+            let at = l.find(level)?;
+            Some(format!("{level} {}", l[at + level.len()..].trim()))
+        })
+    });
+    match last_error {
+        Some(error) => format!(
+            "PostgreSQL failed to start: {what}; the server said {error} (log: {})",
+            log.display()
+        ),
+        None => format!(
+            "PostgreSQL failed to start: {what} (log: {})",
+            log.display()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,5 +293,23 @@ mod tests {
         );
         assert_eq!(parsed.get_ports(), [PORT]);
         assert_eq!(parsed.get_dbname(), Some(DATABASE));
+    }
+
+    #[test]
+    fn a_failed_start_is_one_line_with_the_servers_error_and_the_log() {
+        let tail = "2026-12-04 02:08:50.376 UTC [1] LOG:  database system is ready\n\
+                    2026-12-04 02:08:51.608 UTC [2] FATAL:  lock file \"postmaster.pid\" already exists\n\
+                    2026-12-04 02:08:51.608 UTC [2] HINT:  Is another postmaster running?";
+        let line = start_failure(
+            "pg_ctl start failed (exit status: 1): pg_ctl: could not start server\nExamine the log",
+            tail,
+            Path::new("/d/server.log"),
+        );
+        assert_eq!(
+            line,
+            "PostgreSQL failed to start: pg_ctl start failed (exit status: 1): pg_ctl: could not \
+             start server; the server said FATAL: lock file \"postmaster.pid\" already exists \
+             (log: /d/server.log)"
+        );
     }
 }
