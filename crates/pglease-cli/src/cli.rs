@@ -157,7 +157,8 @@ pub enum Command {
     /// group and everything it started get SIGTERM, then SIGKILL after --kill-after, and pglease
     /// exits with 4. A watchdog process kills them at the lease's local deadline even if pglease
     /// itself is stalled (only fencing protects against a stalled machine). When the command exits,
-    /// the lease is kept until the processes it left running have exited too (--descendants).
+    /// the lease is kept until the processes it left running have exited too (--descendants);
+    /// Ctrl-C is then passed on to them, and a second Ctrl-C kills them.
     ///
     /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to pglease are forwarded to the
     /// command's process group. The command runs in its own process group; when pglease runs in

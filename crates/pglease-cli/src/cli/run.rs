@@ -116,7 +116,8 @@ pub struct SupervisionArgs {
     ///
     /// wait: keep the lease (and the watchdog) until every one has exited, then release; kill:
     /// stop them (SIGTERM, SIGKILL after --kill-after), then release. Either way none of them runs
-    /// unprotected after the key is released.
+    /// unprotected after the key is released. While they keep the lease, a signal (Ctrl-C) is
+    /// passed on to them and a second one kills them (SIGKILL).
     #[arg(long, value_name = "WHAT", value_enum, default_value_t = Descendants::Wait, help_heading = "Command")]
     pub descendants: Descendants,
 
