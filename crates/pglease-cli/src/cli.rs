@@ -125,6 +125,14 @@ pub struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Output")]
     pub verbose: u8,
 
+    /// When the -v log on stderr has colours: auto (on a terminal, unless NO_COLOR is set),
+    /// always, never.
+    ///
+    /// Nothing else pglease prints has colour codes; data on stdout never has.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = Color::Auto, global = true,
+          help_heading = "Output")]
+    pub color: Color,
+
     /// PostgreSQL connection URL or libpq conninfo string.
     ///
     /// Examples: postgresql://app@db.example/app, "host=/var/run/postgresql dbname=app".
@@ -143,6 +151,17 @@ pub struct Cli {
         help_heading = "Connection"
     )]
     pub database_url: Option<String>,
+}
+
+/// When to print colour codes (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Color {
+    /// On a terminal, unless NO_COLOR is set.
+    Auto,
+    /// Always (even in a pipe, and despite NO_COLOR).
+    Always,
+    /// Never.
+    Never,
 }
 
 /// The subcommands.

@@ -12,7 +12,8 @@
 //! directory's `password` file (0600). `pglease local url` prints a URL with that password.
 //!
 //! The directory is `$PGLEASE_LOCAL_DIR`, else `$XDG_DATA_HOME/pglease/local`, else
-//! `~/.local/share/pglease/local`; as root `/var/lib/pglease/local`. As root, the server runs as
+//! `~/.local/share/pglease/local`; as root `/var/lib/pglease/local` (chosen by pgcluster's
+//! [`PersistentCluster::pglease_local`], which the crates' examples use too). As root, the server runs as
 //! `$PGCLUSTER_USER` (default `nobody`), which must be able to reach the directory (checked by
 //! pgcluster, with a clear error).
 //!
@@ -56,29 +57,10 @@ impl LocalServer {
     ///
     /// Neither `PGLEASE_LOCAL_DIR` nor `HOME` (nor `XDG_DATA_HOME`) is set for a non-root user.
     pub fn from_env() -> Result<LocalServer, String> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let dir = if let Some(dir) = var("PGLEASE_LOCAL_DIR") {
-            PathBuf::from(dir)
-        } else if is_root() {
-            PathBuf::from("/var/lib/pglease/local")
-        } else if let Some(data) = var("XDG_DATA_HOME") {
-            PathBuf::from(data).join("pglease/local")
-        } else if let Some(home) = var("HOME") {
-            PathBuf::from(home).join(".local/share/pglease/local")
-        } else {
-            return Err(
-                "cannot place the local server: set PGLEASE_LOCAL_DIR (or HOME), or pass --database-url"
-                    .into(),
-            );
-        };
-        let dir = if dir.is_relative() {
-            std::env::current_dir()
-                .map_err(|e| format!("current directory: {e}"))?
-                .join(dir)
-        } else {
-            dir
-        };
-        Ok(LocalServer::at(dir))
+        let cluster = PersistentCluster::pglease_local().ok_or(
+            "cannot place the local server: set PGLEASE_LOCAL_DIR (or HOME), or pass --database-url",
+        )?;
+        Ok(LocalServer::at(cluster.root().to_path_buf()))
     }
 
     /// The local server in `dir` (absolute).
@@ -228,11 +210,6 @@ impl LocalServer {
         }
         Ok(())
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// Percent-encodes everything but unreserved URL characters.

@@ -42,7 +42,7 @@ fn main() -> ExitCode {
         return code; // `pglease run`'s watchdog process (internal)
     }
     let cli = Cli::parse(); // exits with 2 on an invalid command line
-    if let Err(message) = verbose::install(cli.verbose) {
+    if let Err(message) = verbose::install(cli.verbose, cli.color) {
         Cli::command()
             .error(clap::error::ErrorKind::ValueValidation, message)
             .exit();
