@@ -31,12 +31,13 @@ pub fn speak(error: BoxError, queue: Option<&str>) -> BoxError {
         e.downcast_ref::<tokio_postgres::Error>()
             .and_then(tokio_postgres::Error::as_db_error)
     });
-    let Some(db) = db else {
+    let Some(code) = crate::missing::sqlstate(&*error) else {
         return error;
     };
-    let code = db.code().code();
+    // The server's own message: from tokio-postgres, else the client libraries' text.
+    let server = || db.map_or_else(|| error.to_string(), |db| db.message().to_owned());
     let q = queue.unwrap_or("QUEUE");
-    let message = match code {
+    let message = match code.as_str() {
         "LQ001" => format!(
             "queue {q} does not exist: create it with `pglease queue create {q} --partitions N` \
              (`pglease queue stats` lists the queues)"
@@ -44,24 +45,28 @@ pub fn speak(error: BoxError, queue: Option<&str>) -> BoxError {
         "42710" => format!("queue {q} already exists (`pglease queue stats {q}` shows it)"),
         "55006" => format!(
             "{}: messages of that key are in an open batch; redrive once the batch is acked",
-            db.message()
+            server()
         ),
         "42501" => format!(
             "{}: only the role that installed pg_lease_queue may do this, unless it granted \
              EXECUTE on the function to others (docs/QUEUE.md)",
-            db.message()
+            server()
         ),
-        // Anything else: the server's message and detail, without a hint naming SQL functions.
-        _ => match (db.detail(), db.hint()) {
-            (Some(detail), _) => format!("{}: {detail}", db.message()),
-            (None, Some(hint)) if !hint.contains("lease_queue.") => {
-                format!("{} ({hint})", db.message())
-            }
-            _ => db.message().to_owned(),
+        // Anything else from the server: its message and detail, without a hint naming SQL
+        // functions; from a client library: as it is.
+        _ => match db {
+            None => return error,
+            Some(db) => match (db.detail(), db.hint()) {
+                (Some(detail), _) => format!("{}: {detail}", db.message()),
+                (None, Some(hint)) if !hint.contains("lease_queue.") => {
+                    format!("{} ({hint})", db.message())
+                }
+                _ => db.message().to_owned(),
+            },
         },
     };
     Box::new(QueueError {
         message,
-        sqlstate: code.to_owned(),
+        sqlstate: code,
     })
 }

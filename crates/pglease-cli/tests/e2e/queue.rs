@@ -88,14 +88,18 @@ fn create_send_and_stats_show_the_messages_in_their_partitions() {
         "{}",
         out.report()
     );
-    let out = case
-        .pglease(["queue", "send", "orders", "1"])
-        .expect_code(1);
-    assert!(
-        out.stderr().contains("`pglease queue create orders"),
-        "{}",
-        out.report()
-    );
+    for args in [
+        vec!["queue", "send", "orders", "1"],
+        vec!["queue", "consume", "orders", "--", "true"],
+    ] {
+        let out = case.pglease(&args).expect_code(1);
+        assert!(
+            out.stderr().contains("`pglease queue create orders")
+                && out.stderr().contains("(SQLSTATE LQ001)"),
+            "{}",
+            out.report()
+        );
+    }
 }
 
 #[test]
