@@ -202,9 +202,25 @@ fn queue_handler(
         QueueCommand::Redrive(a) => Some(a.queue.queue.clone()),
         QueueCommand::Consume(a) => Some(a.queue.queue.clone()),
     };
-    // Errors in pglease's terms; a missing pg_lease_queue is checked first by every command.
+    let json = match &command {
+        QueueCommand::Create(a) => a.output.json,
+        QueueCommand::Drop(a) => a.output.json,
+        QueueCommand::Send(a) => a.output.json,
+        QueueCommand::Stats(a) => a.output.json,
+        QueueCommand::DeadLetters(a) => a.output.json,
+        QueueCommand::Redrive(a) => a.output.json,
+        QueueCommand::Consume(_) => false,
+    };
+    // Errors in pglease's terms (a missing pg_lease_queue is checked first by every command);
+    // with --json also as a document on stdout.
     let spoken = move |result: Result<ExitCode, BoxError>| {
-        result.map_err(|e| queue_errors::speak(e, queue.as_deref()))
+        result.map_err(|e| {
+            let e = queue_errors::speak(e, queue.as_deref());
+            if json {
+                queue_errors::print_json(&*e);
+            }
+            e
+        })
     };
     Ok(match command {
         QueueCommand::Create(a) => {

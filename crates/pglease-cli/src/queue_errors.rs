@@ -1,7 +1,7 @@
 //! A queue command's server errors told in pglease's terms: what went wrong and the `pglease`
 //! command that fixes it, instead of hints naming SQL functions (`lease_queue.create_queue`).
 //! Recognised by SQLSTATE alone (docs/SQLSTATES.md), never by message text; the SQLSTATE stays in
-//! the message.
+//! the message, and with `--json` in the error document printed on stdout ([`print_json`]).
 
 use std::fmt;
 
@@ -69,4 +69,21 @@ pub fn speak(error: BoxError, queue: Option<&str>) -> BoxError {
         message,
         sqlstate: code,
     })
+}
+
+/// Prints `error` as the JSON document of a failed queue command with `--json`, on stdout:
+/// `{"error": <message>, "sqlstate": <code or null>, "not_installed": <bool>}` (the exit code and
+/// the message on stderr are as without `--json`). A closed stdout is ignored.
+pub fn print_json(error: &(dyn std::error::Error + 'static)) {
+    let message = match error.downcast_ref::<QueueError>() {
+        Some(e) => e.message.clone(),
+        None => error.to_string(),
+    };
+    let _ = crate::output::json(&serde_json::json!({
+        "error": message,
+        "sqlstate": crate::missing::sqlstate(error).or_else(|| {
+            error.downcast_ref::<QueueError>().map(|e| e.sqlstate.clone())
+        }),
+        "not_installed": crate::missing::is_not_ready(error),
+    }));
 }

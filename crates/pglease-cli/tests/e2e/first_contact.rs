@@ -86,6 +86,14 @@ fn every_command_on_a_database_without_pg_lease_says_how_to_install_it() {
             "pglease install pg_lease_queue",
         );
     }
+    let doc = case
+        .pglease(["queue", "stats", "--json"])
+        .expect_code(NOT_INSTALLED)
+        .json();
+    assert!(
+        doc["not_installed"] == true && doc["error"].as_str().is_some(),
+        "{doc}"
+    );
     let status = case.pglease(["status"]).expect_code(0);
     assert!(
         status

@@ -88,6 +88,19 @@ fn create_send_and_stats_show_the_messages_in_their_partitions() {
         "{}",
         out.report()
     );
+    // With --json the error is also a document on stdout, with its SQLSTATE.
+    let doc = case
+        .pglease(["queue", "stats", "orders", "--json"])
+        .expect_code(1)
+        .json();
+    expect_eq("sqlstate", &Value::from("LQ001"), &doc["sqlstate"]);
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains("pglease queue create orders"),
+        "{doc}"
+    );
     for args in [
         vec!["queue", "send", "orders", "1"],
         vec!["queue", "consume", "orders", "--", "true"],
