@@ -44,8 +44,8 @@ Exit codes:
   5    not installed: pg_lease (pg_lease_queue for queue commands) is missing from the
        database, or older than this pglease; the message names `pglease install`
   run  otherwise exits with the command's status: 128+N if a signal N killed it,
-       126 if it could not be executed, 127 if it was not found; run's own 1, 3 and 4
-       can be moved with --error-exit-code, --conflict-exit-code and --lost-exit-code";
+       126 if it could not be executed, 127 if it was not found; run's own 1 and 5, 3
+       and 4 can be moved with --error-exit-code, --conflict-exit-code and --lost-exit-code";
 
 const EXAMPLES_HELP: &str = "\
 Examples:

@@ -68,7 +68,7 @@ pub async fn run(
             };
             exit::print_error(&*e);
             if missing::is_not_ready(&*e) {
-                return Ok(ExitCode::from(exit::EXIT_NOT_INSTALLED));
+                return Ok(ExitCode::from(supervision.codes.not_installed));
             }
             Ok(ExitCode::from(supervision.codes.error))
         }

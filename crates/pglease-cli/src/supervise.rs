@@ -57,6 +57,8 @@ pub struct Codes {
     pub lost: u8,
     /// `--error-exit-code`: pglease's own error.
     pub error: u8,
+    /// `--error-exit-code` if given, else [`exit::EXIT_NOT_INSTALLED`]: the extension is missing.
+    pub not_installed: u8,
 }
 
 /// How the command is supervised.
@@ -79,7 +81,8 @@ impl Supervision {
             codes: Codes {
                 conflict: args.conflict_exit_code,
                 lost: args.lost_exit_code,
-                error: args.error_exit_code,
+                error: args.error_exit_code.unwrap_or(exit::EXIT_ERROR),
+                not_installed: args.error_exit_code.unwrap_or(exit::EXIT_NOT_INSTALLED),
             },
         }
     }

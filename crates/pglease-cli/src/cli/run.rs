@@ -141,16 +141,12 @@ pub struct SupervisionArgs {
     )]
     pub lost_exit_code: u8,
 
-    /// Exit with this code (0 to 255) instead of 1 on pglease's own errors (connecting, SQL).
+    /// Exit with this code (0 to 255) on pglease's own errors (connecting, SQL) instead of 1, and
+    /// instead of 5 when pg_lease is not installed.
     ///
     /// Pick codes the command never exits with, and every other code is the command's own.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        help_heading = "Exit codes"
-    )]
-    pub error_exit_code: u8,
+    #[arg(long, value_name = "N", help_heading = "Exit codes")]
+    pub error_exit_code: Option<u8>,
 
     /// Run SCRIPT with `sh -c` instead of a command: `--shell 'make && make install'`.
     #[arg(

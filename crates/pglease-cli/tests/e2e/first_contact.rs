@@ -100,6 +100,19 @@ fn every_command_on_a_database_without_pg_lease_says_how_to_install_it() {
             .stdout()
             .contains("not installed (run `pglease install`)")
     );
+    // run's --error-exit-code moves it, as every other error of pglease's own.
+    case.pglease([
+        "run",
+        "-k",
+        "job",
+        "-t",
+        "30s",
+        "--error-exit-code",
+        "77",
+        "--",
+        "true",
+    ])
+    .expect_code(77);
     // The command named fixes it.
     case.pglease(["install"]).expect_code(0);
     case.pglease(["list"]).expect_code(0);
