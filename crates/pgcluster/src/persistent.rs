@@ -28,11 +28,12 @@ use crate::cluster::{conninfo_quote, spawn_connection};
 use crate::discover::ensure;
 use crate::error::{Error, IoContext, Result};
 use crate::install::{Installation, run_stdout};
+use crate::proctree;
 use crate::user::{self, ServerUser};
 use crate::version::PgVersion;
-use crate::{ipc, proctree};
 
 mod create;
+mod stale;
 
 use create::check_reachable;
 
@@ -40,8 +41,6 @@ use create::check_reachable;
 pub const DEFAULT_PORT: u16 = 5432;
 /// How long `pg_ctl` waits for start-up or shutdown, in seconds.
 const PG_CTL_TIMEOUT_SECS: u32 = 60;
-/// How long a start waits for orphaned backends of a crashed server to exit.
-const ORPHAN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The longest unix socket path the kernel accepts (`sun_path` is 108 bytes with its NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -357,64 +356,6 @@ impl PersistentCluster {
         Ok(Err((out.status.to_string(), output.trim_end().to_owned())))
     }
 
-    /// Removes the lock files (`postmaster.pid`, the socket's `.s.PGSQL.<port>.lock`) a crashed
-    /// postmaster (SIGKILL, the OOM killer) left behind, so that the next start recovers.
-    ///
-    /// PostgreSQL treats them as stale itself when the pid they name is gone, but refuses to start
-    /// ("lock file already exists") while that pid exists: a zombie that nobody reaps (in a
-    /// container whose PID 1 does not reap orphans, the detached postmaster is reparented to it),
-    /// or a pid reused by another process. They are removed only when the pid is not a live
-    /// postgres and no process is attached to the shared memory segment the file names, the check
-    /// by which PostgreSQL refuses to start beside orphaned backends of the old server; those are
-    /// waited for up to [`ORPHAN_WAIT`] (they exit once they notice the postmaster's death).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Start`] if processes stay attached to the old server's shared memory;
-    /// [`Error::Io`] if a lock file cannot be read or removed.
-    fn clear_stale_lock_files(&self) -> Result<()> {
-        let pid_file = self.data_dir().join("postmaster.pid");
-        let text = match fs::read_to_string(&pid_file) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io("reading", &pid_file, e)),
-        };
-        let lines: Vec<&str> = text.lines().collect();
-        let Some(pid) = lines.first().and_then(|l| l.trim().parse::<i32>().ok()) else {
-            return Ok(()); // being written, or not PostgreSQL's: pg_ctl will say
-        };
-        if proctree::is_alive(pid) && proctree::looks_like_postgres(pid) {
-            return Ok(()); // a live postmaster (not ready yet, or shutting down)
-        }
-        let shmid = lines
-            .get(6)
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|s| s.parse::<i32>().ok());
-        let deadline = std::time::Instant::now() + ORPHAN_WAIT;
-        while let Some(n) = shmid.and_then(ipc::attached).filter(|n| *n > 0) {
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::Start {
-                    message: format!(
-                        "the crashed server's shared memory is still attached by {n} process{} \
-                         (orphaned backends of postmaster {pid}); stop them, then start again",
-                        if n == 1 { "" } else { "es" }
-                    ),
-                    log_tail: String::new(),
-                });
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let socket_lock = self
-            .socket_dir()
-            .join(format!(".s.PGSQL.{}.lock", self.port));
-        let same_pid = fs::read_to_string(&socket_lock)
-            .is_ok_and(|t| t.lines().next().map(str::trim) == Some(&pid.to_string()));
-        if same_pid {
-            remove_if_present(&socket_lock)?;
-        }
-        remove_if_present(&pid_file)
-    }
-
     /// The last 20 lines of the server log.
     fn log_tail(&self) -> String {
         let text = fs::read(self.log_path())
@@ -634,14 +575,6 @@ fn wait_stopped(cluster: &PersistentCluster) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while pid.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
-/// Removes `path`; a file already gone is fine.
-fn remove_if_present(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("removing", path, e)),
-        _ => Ok(()),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The thin, scriptable lease commands: `acquire`, `renew`, `release`, `inspect` (of a key, or of
-//! a semaphore's slots), `list` and `purge`. Each is one call of the SQL API (plus a read of the server clock for "in 12s"), printed
-//! as aligned text or, with `--json`, as one JSON document. Refusals are outcomes with their own
-//! exit codes, not errors.
+//! a semaphore's slots), `list` and `purge`. Each is one call of the SQL API (plus a read of the
+//! server clock for "in 12s"), printed as aligned text or, with `--json`, as one JSON document.
+//! Refusals are outcomes with their own exit codes, not errors.
 
 use std::process::ExitCode;
 use std::time::Duration;

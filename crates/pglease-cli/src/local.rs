@@ -13,9 +13,9 @@
 //!
 //! The directory is `$PGLEASE_LOCAL_DIR`, else `$XDG_DATA_HOME/pglease/local`, else
 //! `~/.local/share/pglease/local`; as root `/var/lib/pglease/local` (chosen by pgcluster's
-//! [`PersistentCluster::pglease_local`], which the crates' examples use too). As root, the server runs as
-//! `$PGCLUSTER_USER` (default `nobody`), which must be able to reach the directory (checked by
-//! pgcluster, with a clear error).
+//! [`PersistentCluster::pglease_local`], which the crates' examples use too). As root, the server
+//! runs as `$PGCLUSTER_USER` (default `nobody`), which must be able to reach the directory (checked
+//! by pgcluster, with a clear error).
 //!
 //! # pg_lease in the local server
 //!

@@ -80,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(url) => url,
         Err(_) => local_server()?,
     };
-    // A no-op where pg_lease_queue is installed already (by `pglease install`, or CREATE EXTENSION).
+    // A no-op where pg_lease_queue is installed already (`pglease install`, CREATE EXTENSION).
     let (mut db, connection) = tokio_postgres::connect(&conninfo, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     pglease::PG_LEASE_QUEUE.install(&mut db).await?;

@@ -158,8 +158,9 @@ pub struct SupervisionArgs {
     pub shell: Option<OsString>,
 
     /// The command and its arguments: everything from COMMAND on goes to it, options included
-    /// (`-- COMMAND --ttl 5` and `COMMAND --ttl 5` both pass `--ttl 5` to COMMAND). Give pglease's own options
-    /// before COMMAND; `--` before COMMAND is optional (needed only when COMMAND starts with `-`).
+    /// (`-- COMMAND --ttl 5` and `COMMAND --ttl 5` both pass `--ttl 5` to COMMAND). Give
+    /// pglease's own options before COMMAND; `--` before COMMAND is optional (needed only when
+    /// COMMAND starts with `-`).
     #[arg(required_unless_present = "shell", num_args = 1.., trailing_var_arg = true,
           value_name = "COMMAND", help_heading = "Command")]
     pub command: Vec<OsString>,
