@@ -46,12 +46,7 @@ impl Config {
     pub fn new(cli: Cli) -> Result<Config, ConfigError> {
         let major = local_major()?;
         let url = cli.database_url;
-        // Every command's connection arguments, with the global --database-url.
-        let conn = |args: &ConnArgs| ConnArgs {
-            database_url: url.clone(),
-            ..args.clone()
-        };
-        let target = |args: &ConnArgs| Target::resolve(&conn(args), major);
+        let target = |args: &ConnArgs| Target::resolve(&with_url(args, &url), major);
         let handler: Handler = match cli.command {
             // `run` catches and forwards signals itself.
             Command::Run(args) => {
@@ -177,22 +172,16 @@ fn queue_handler(
             a.queue.queue
         )));
     }
-    let conn = |args: &ConnArgs| ConnArgs {
-        database_url: url.clone(),
-        ..args.clone()
+    let conn = match &command {
+        QueueCommand::Create(a) => &a.conn,
+        QueueCommand::Drop(a) => &a.conn,
+        QueueCommand::Send(a) => &a.conn,
+        QueueCommand::Stats(a) => &a.conn,
+        QueueCommand::DeadLetters(a) => &a.conn,
+        QueueCommand::Redrive(a) => &a.conn,
+        QueueCommand::Consume(a) => &a.conn,
     };
-    let target = Target::resolve(
-        &conn(match &command {
-            QueueCommand::Create(a) => &a.conn,
-            QueueCommand::Drop(a) => &a.conn,
-            QueueCommand::Send(a) => &a.conn,
-            QueueCommand::Stats(a) => &a.conn,
-            QueueCommand::DeadLetters(a) => &a.conn,
-            QueueCommand::Redrive(a) => &a.conn,
-            QueueCommand::Consume(a) => &a.conn,
-        }),
-        major,
-    )?;
+    let target = Target::resolve(&with_url(conn, url), major)?;
     let queue = match &command {
         QueueCommand::Create(a) => Some(a.queue.queue.clone()),
         QueueCommand::Drop(a) => Some(a.queue.queue.clone()),
@@ -245,6 +234,14 @@ fn queue_handler(
             spoken(explained(&target, ext, consume::consume(a, &target)).await)
         }),
     })
+}
+
+/// A command's connection arguments with the global `--database-url` (or `DATABASE_URL`).
+fn with_url(args: &ConnArgs, url: &Option<String>) -> ConnArgs {
+    ConnArgs {
+        database_url: url.clone(),
+        ..args.clone()
+    }
 }
 
 /// `pglease local ...` on the local server, its connections bounded by `PGLEASE_*` limits.
