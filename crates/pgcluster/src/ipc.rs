@@ -85,6 +85,18 @@ pub(crate) fn release(data_dir: &Path) {
     }
 }
 
+/// How many processes are attached to System V segment `shmid`: `None` if there is no such
+/// segment (removed, or never made).
+pub(crate) fn attached(shmid: i32) -> Option<u64> {
+    // SAFETY: shmid_ds is plain old data, filled in by IPC_STAT.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: ds is a valid out-pointer.
+    if unsafe { libc::shmctl(shmid, libc::IPC_STAT, &mut ds) } != 0 {
+        return None;
+    }
+    Some(ds.shm_nattch as u64)
+}
+
 /// Unlinks the POSIX dynamic shared memory segments listed in control segment `handle`, then
 /// the control segment itself (what PostgreSQL's `dsm_cleanup_using_control_segment` does).
 fn release_posix_dsm(handle: u32) {

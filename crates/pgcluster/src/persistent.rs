@@ -33,6 +33,7 @@ use crate::user::{self, ServerUser};
 use crate::version::PgVersion;
 
 mod create;
+mod stale;
 
 use create::check_reachable;
 
@@ -124,6 +125,36 @@ impl PersistentCluster {
             root,
             port: DEFAULT_PORT,
         }
+    }
+
+    /// pglease's local server (`pglease local`, and the examples without `DATABASE_URL`): the
+    /// directory `$PGLEASE_LOCAL_DIR`, else as root `/var/lib/pglease/local`, else
+    /// `$XDG_DATA_HOME/pglease/local`, else `~/.local/share/pglease/local`; port
+    /// [`DEFAULT_PORT`]. `None` when none of those variables places it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> pgcluster::Result<()> {
+    /// if let Some(local) = pgcluster::PersistentCluster::pglease_local() {
+    ///     let started = local.start(15)?;
+    ///     println!("{}", started.server.connection_string("postgres"));
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn pglease_local() -> Option<PersistentCluster> {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let dir = if let Some(dir) = var("PGLEASE_LOCAL_DIR") {
+            PathBuf::from(dir)
+        } else if user::is_root() {
+            PathBuf::from("/var/lib/pglease/local")
+        } else if let Some(data) = var("XDG_DATA_HOME") {
+            PathBuf::from(data).join("pglease/local")
+        } else {
+            PathBuf::from(var("HOME")?).join(".local/share/pglease/local")
+        };
+        Some(PersistentCluster::new(dir))
     }
 
     /// Uses `port` as the socket's port number (`.s.PGSQL.<port>`) for servers started later.
@@ -385,6 +416,7 @@ impl StartStopLock {
         }
         let bindir = c.resolve_bindir(c.major().unwrap_or(major))?;
         if !created {
+            c.clear_stale_lock_files()?;
             c.secure(&bindir, user.as_ref())?;
         }
 

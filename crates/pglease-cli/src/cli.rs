@@ -24,7 +24,7 @@ pub use leases::{
 };
 pub use local::{DemoArgs, LocalCommand, LocalStartArgs, LocalStatusArgs, LocalUrlArgs};
 pub use queue::{
-    QueueCommand, QueueConsumeArgs, QueueCreateArgs, QueueDeadLettersArgs, QueueNameArgs,
+    QueueCommand, QueueConsumeArgs, QueueCreateArgs, QueueDeadLettersArgs, QueueDropArgs,
     QueueRedriveArgs, QueueSendArgs, QueueStatsArgs,
 };
 pub use run::{Descendants, ElectArgs, Holding, RunArgs, SupervisionArgs};
@@ -35,14 +35,17 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success
   1    error: PostgreSQL unreachable or failing, SQL error, local server failed to start
-  2    invalid command line
+  2    invalid command line; a queue payload that is not JSON; queue drop without --yes and
+       no terminal to ask on
   3    not acquired: another owner holds the key (acquire; run: still held when --wait ran out;
        run --limit: every slot held; elect: not elected within --wait); leader: no leader
   4    lost: renew/release refused (not_owner, lapsed, epoch_mismatch); run: the lease was lost
        while the command ran, and the command was terminated
+  5    not installed: pg_lease (pg_lease_queue for queue commands) is missing from the
+       database, or older than this pglease; the message names `pglease install`
   run  otherwise exits with the command's status: 128+N if a signal N killed it,
-       126 if it could not be executed, 127 if it was not found; run's own 1, 3 and 4
-       can be moved with --error-exit-code, --conflict-exit-code and --lost-exit-code";
+       126 if it could not be executed, 127 if it was not found; run's own 1 and 5, 3
+       and 4 can be moved with --error-exit-code, --conflict-exit-code and --lost-exit-code";
 
 const EXAMPLES_HELP: &str = "\
 Examples:
@@ -121,6 +124,45 @@ pub struct Cli {
     /// here; targets and fields are listed in docs/CLIENT.md, "Observability".
     #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Output")]
     pub verbose: u8,
+
+    /// When the -v log on stderr has colours: auto (on a terminal, unless NO_COLOR is set),
+    /// always, never.
+    ///
+    /// Nothing else pglease prints has colour codes; data on stdout never has.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = Color::Auto, global = true,
+          help_heading = "Output")]
+    pub color: Color,
+
+    /// PostgreSQL connection URL or libpq conninfo string.
+    ///
+    /// Examples: postgresql://app@db.example/app, "host=/var/run/postgresql dbname=app".
+    /// Read as libpq reads it: settings it leaves out come from PG* variables, a missing password
+    /// from ~/.pgpass (PGPASSFILE), TLS as sslmode says (default prefer; require, verify-ca,
+    /// verify-full with sslrootcert=FILE or sslrootcert=system). Without it (and without PGHOST,
+    /// PGPORT, PGUSER or PGDATABASE), the embedded local server is used.
+    ///
+    /// Accepted before or after the subcommand (`pglease --database-url URL list` or `pglease
+    /// list --database-url URL`); `local` and `demo` do not use it.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        global = true,
+        help_heading = "Connection"
+    )]
+    pub database_url: Option<String>,
+}
+
+/// When to print colour codes (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Color {
+    /// On a terminal, unless NO_COLOR is set.
+    Auto,
+    /// Always (even in a pipe, and despite NO_COLOR).
+    Always,
+    /// Never.
+    Never,
 }
 
 /// The subcommands.
@@ -135,7 +177,8 @@ pub enum Command {
     /// group and everything it started get SIGTERM, then SIGKILL after --kill-after, and pglease
     /// exits with 4. A watchdog process kills them at the lease's local deadline even if pglease
     /// itself is stalled (only fencing protects against a stalled machine). When the command exits,
-    /// the lease is kept until the processes it left running have exited too (--descendants).
+    /// the lease is kept until the processes it left running have exited too (--descendants);
+    /// Ctrl-C is then passed on to them, and a second Ctrl-C kills them.
     ///
     /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to pglease are forwarded to the
     /// command's process group. The command runs in its own process group; when pglease runs in
@@ -188,6 +231,9 @@ pub enum Command {
     Release(ReleaseArgs),
 
     /// Show a key's state: its holder, epoch and expiry, or its fencing counter if not held.
+    ///
+    /// For the name of a semaphore (`run --key NAME --limit N`), which is no key itself, it shows
+    /// the semaphore's slots instead: each slot's key NAME#i, holder, epoch and expiry.
     Inspect(InspectArgs),
 
     /// List every key (or those starting with PREFIX) and its state.
@@ -255,14 +301,8 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Connection")]
 pub struct ConnArgs {
-    /// PostgreSQL connection URL or libpq conninfo string.
-    ///
-    /// Examples: postgresql://app@db.example/app, "host=/var/run/postgresql dbname=app".
-    /// Read as libpq reads it: settings it leaves out come from PG* variables, a missing password
-    /// from ~/.pgpass (PGPASSFILE), TLS as sslmode says (default prefer; require, verify-ca,
-    /// verify-full with sslrootcert=FILE or sslrootcert=system). Without it (and without PGHOST,
-    /// PGPORT, PGUSER or PGDATABASE), the embedded local server is used.
-    #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    /// The global `--database-url` ([`Cli::database_url`]), filled in by `Config::new`.
+    #[arg(skip)]
     pub database_url: Option<String>,
 
     /// How long to wait for each answer from the server before giving up, e.g. 30s.

@@ -8,16 +8,22 @@
 //! acquire on the server (see `waiting.rs`).
 
 use std::future::Future;
+use std::io::IsTerminal;
 use std::pin::Pin;
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, Holding, LocalCommand, QueueCommand, semaphore_name_fits};
+use crate::cli::{
+    Cli, Command, ConnArgs, Holding, LocalCommand, QueueCommand, semaphore_name_fits,
+};
 use crate::connect::{ConfigError, Limits, Target};
 use crate::exit::{self, BoxError};
 use crate::local::LocalServer;
+use crate::missing::explained;
 use crate::run::LeaseRequest;
 use crate::signals::Signals;
-use crate::{admin, consume, demo, leader, leases, owner, queue, run};
+use crate::{admin, consume, demo, leader, leases, owner, queue, queue_errors, run};
+
+use pglease::PG_LEASE;
 
 /// The major version of a new local server when a command starts it on demand.
 const DEFAULT_LOCAL_MAJOR: u32 = 15;
@@ -39,7 +45,8 @@ impl Config {
     /// `run --limit` key; [`ConfigError::Other`] when there is no place for the local server.
     pub fn new(cli: Cli) -> Result<Config, ConfigError> {
         let major = local_major()?;
-        let target = |conn| Target::resolve(conn, major);
+        let url = cli.database_url;
+        let target = |args: &ConnArgs| Target::resolve(&with_url(args, &url), major);
         let handler: Handler = match cli.command {
             // `run` catches and forwards signals itself.
             Command::Run(args) => {
@@ -74,36 +81,55 @@ impl Config {
                 let owner = args.owner.clone().unwrap_or_else(owner::default_owner);
                 Box::pin(async move {
                     let mut signals = Signals::catch()?;
-                    leases::acquire(args, owner, &target, &mut signals).await
+                    explained(
+                        &target,
+                        &PG_LEASE,
+                        leases::acquire(args, owner, &target, &mut signals),
+                    )
+                    .await
                 })
             }
             Command::Leader(args) => {
                 let target = target(&args.conn)?;
-                until_signal(async move { leader::leader(args, &target).await })
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leader::leader(args, &target)).await
+                })
             }
             Command::Renew(args) => {
                 let target = target(&args.conn)?;
-                until_signal(async move { leases::renew(args, &target).await })
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leases::renew(args, &target)).await
+                })
             }
             Command::Release(args) => {
                 let target = target(&args.conn)?;
-                until_signal(async move { leases::release(args, &target).await })
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leases::release(args, &target)).await
+                })
             }
             Command::Inspect(args) => {
                 let target = target(&args.conn)?;
-                until_signal(async move { leases::inspect(args, &target).await })
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leases::inspect(args, &target)).await
+                })
             }
             Command::List(args) => {
                 let target = target(&args.conn)?;
-                until_signal(async move { leases::list(args, &target).await })
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leases::list(args, &target)).await
+                })
             }
             Command::Purge(args) => {
                 let target = target(&args.conn)?;
-                until_signal(async move { leases::purge(args, &target).await })
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leases::purge(args, &target)).await
+                })
             }
             Command::Configure(args) => {
                 let target = target(&args.conn)?;
-                until_signal(async move { admin::configure(args, &target).await })
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, admin::configure(args, &target)).await
+                })
             }
             Command::Install(args) => {
                 let target = target(&args.conn)?;
@@ -113,7 +139,7 @@ impl Config {
                 let target = target(&args.conn)?;
                 until_signal(async move { admin::status(args, &target).await })
             }
-            Command::Queue(command) => queue_handler(command, major)?,
+            Command::Queue(command) => queue_handler(command, &url, major)?,
             Command::Local(command) => local_handler(command)?,
             Command::Demo(args) => until_signal(demo::run(args)),
         };
@@ -131,31 +157,91 @@ impl Config {
 }
 
 /// `pglease queue ...`.
-fn queue_handler(command: QueueCommand, major: u32) -> Result<Handler, ConfigError> {
-    let target = Target::resolve(
-        match &command {
-            QueueCommand::Create(a) => &a.conn,
-            QueueCommand::Drop(a) => &a.conn,
-            QueueCommand::Send(a) => &a.conn,
-            QueueCommand::Stats(a) => &a.conn,
-            QueueCommand::DeadLetters(a) => &a.conn,
-            QueueCommand::Redrive(a) => &a.conn,
-            QueueCommand::Consume(a) => &a.conn,
-        },
-        major,
-    )?;
+fn queue_handler(
+    command: QueueCommand,
+    url: &Option<String>,
+    major: u32,
+) -> Result<Handler, ConfigError> {
+    if let QueueCommand::Drop(a) = &command
+        && !a.yes
+        && !std::io::stdin().is_terminal()
+    {
+        return Err(ConfigError::Usage(format!(
+            "queue drop deletes {}'s messages and dead letters: pass --yes (there is no terminal \
+             to ask on)",
+            a.queue.queue
+        )));
+    }
+    let conn = match &command {
+        QueueCommand::Create(a) => &a.conn,
+        QueueCommand::Drop(a) => &a.conn,
+        QueueCommand::Send(a) => &a.conn,
+        QueueCommand::Stats(a) => &a.conn,
+        QueueCommand::DeadLetters(a) => &a.conn,
+        QueueCommand::Redrive(a) => &a.conn,
+        QueueCommand::Consume(a) => &a.conn,
+    };
+    let target = Target::resolve(&with_url(conn, url), major)?;
+    let queue = match &command {
+        QueueCommand::Create(a) => Some(a.queue.queue.clone()),
+        QueueCommand::Drop(a) => Some(a.queue.queue.clone()),
+        QueueCommand::Send(a) => Some(a.queue.queue.clone()),
+        QueueCommand::Stats(a) => a.queue.clone(),
+        QueueCommand::DeadLetters(a) => Some(a.queue.queue.clone()),
+        QueueCommand::Redrive(a) => Some(a.queue.queue.clone()),
+        QueueCommand::Consume(a) => Some(a.queue.queue.clone()),
+    };
+    let json = match &command {
+        QueueCommand::Create(a) => a.output.json,
+        QueueCommand::Drop(a) => a.output.json,
+        QueueCommand::Send(a) => a.output.json,
+        QueueCommand::Stats(a) => a.output.json,
+        QueueCommand::DeadLetters(a) => a.output.json,
+        QueueCommand::Redrive(a) => a.output.json,
+        QueueCommand::Consume(_) => false,
+    };
+    // Errors in pglease's terms (a missing pg_lease_queue is checked first by every command);
+    // with --json also as a document on stdout.
+    let spoken = move |result: Result<ExitCode, BoxError>| {
+        result.map_err(|e| {
+            let e = queue_errors::speak(e, queue.as_deref());
+            if json {
+                queue_errors::print_json(&*e);
+            }
+            e
+        })
+    };
     Ok(match command {
-        QueueCommand::Create(a) => until_signal(async move { queue::create(a, &target).await }),
-        QueueCommand::Drop(a) => until_signal(async move { queue::drop_queue(a, &target).await }),
-        QueueCommand::Send(a) => until_signal(async move { queue::send(a, &target).await }),
-        QueueCommand::Stats(a) => until_signal(async move { queue::stats(a, &target).await }),
-        QueueCommand::DeadLetters(a) => {
-            until_signal(async move { queue::dead_letters(a, &target).await })
+        QueueCommand::Create(a) => {
+            until_signal(async move { spoken(queue::create(a, &target).await) })
         }
-        QueueCommand::Redrive(a) => until_signal(async move { queue::redrive(a, &target).await }),
+        QueueCommand::Drop(a) => {
+            until_signal(async move { spoken(queue::drop_queue(a, &target).await) })
+        }
+        QueueCommand::Send(a) => until_signal(async move { spoken(queue::send(a, &target).await) }),
+        QueueCommand::Stats(a) => {
+            until_signal(async move { spoken(queue::stats(a, &target).await) })
+        }
+        QueueCommand::DeadLetters(a) => {
+            until_signal(async move { spoken(queue::dead_letters(a, &target).await) })
+        }
+        QueueCommand::Redrive(a) => {
+            until_signal(async move { spoken(queue::redrive(a, &target).await) })
+        }
         // `consume` forwards signals to its command and shuts down cleanly itself.
-        QueueCommand::Consume(a) => Box::pin(async move { consume::consume(a, &target).await }),
+        QueueCommand::Consume(a) => Box::pin(async move {
+            let ext = &pglease::PG_LEASE_QUEUE;
+            spoken(explained(&target, ext, consume::consume(a, &target)).await)
+        }),
     })
+}
+
+/// A command's connection arguments with the global `--database-url` (or `DATABASE_URL`).
+fn with_url(args: &ConnArgs, url: &Option<String>) -> ConnArgs {
+    ConnArgs {
+        database_url: url.clone(),
+        ..args.clone()
+    }
 }
 
 /// `pglease local ...` on the local server, its connections bounded by `PGLEASE_*` limits.

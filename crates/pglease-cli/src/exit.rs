@@ -9,12 +9,18 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Exit code: an infrastructure error (no PostgreSQL, connection lost, SQL error).
 pub const EXIT_ERROR: u8 = 1;
+/// Exit code: an invalid command line (clap's own), or a payload that is not JSON.
+pub const EXIT_USAGE: u8 = 2;
 /// Exit code: the key is held by another owner (`acquire`; `run` within `--wait`, unless
 /// `--conflict-exit-code`).
 pub const EXIT_NOT_ACQUIRED: u8 = 3;
 /// Exit code: renew/release refused; `run`: the lease was lost while the command ran (unless
 /// `--lost-exit-code`).
 pub const EXIT_LOST: u8 = 4;
+/// Exit code: the extension a command needs is not installed in its database, or is older than
+/// this pglease (`missing.rs`); every command, `run` and `elect` included (before any command
+/// starts).
+pub const EXIT_NOT_INSTALLED: u8 = 5;
 /// Exit code of `run` when the command could not be executed (shells' convention).
 pub const EXIT_CANNOT_EXECUTE: u8 = 126;
 /// Exit code of `run` when the command was not found (shells' convention).
@@ -26,14 +32,20 @@ pub fn signal_exit(sig: i32) -> ExitCode {
 }
 
 /// How a command's result ends the process: its own code, success for a broken pipe, else the
-/// error chain on stderr and [`EXIT_ERROR`].
+/// error chain on stderr and [`EXIT_NOT_INSTALLED`] or [`EXIT_ERROR`].
 pub fn finish(result: Result<ExitCode, BoxError>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&*e) => ExitCode::SUCCESS,
         Err(e) => {
             print_error(&*e);
-            ExitCode::from(EXIT_ERROR)
+            if crate::missing::is_not_ready(&*e) {
+                ExitCode::from(EXIT_NOT_INSTALLED)
+            } else if e.is::<Usage>() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::from(EXIT_ERROR)
+            }
         }
     }
 }
@@ -75,6 +87,24 @@ impl std::error::Error for Context {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&*self.source)
     }
+}
+
+/// A usage error found only once the command ran (a payload read from stdin): exit code 2, as
+/// for an invalid command line.
+#[derive(Debug)]
+pub struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// A [`Usage`] error.
+pub fn usage(message: impl Into<String>) -> BoxError {
+    Box::new(Usage(message.into()))
 }
 
 /// Wraps `source` with what was being done.

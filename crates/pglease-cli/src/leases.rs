@@ -1,7 +1,7 @@
-//! The thin, scriptable lease commands: `acquire`, `renew`, `release`, `inspect`, `list` and
-//! `purge`. Each is one call of the SQL API (plus a read of the server clock for "in 12s"), printed
-//! as aligned text or, with `--json`, as one JSON document. Refusals are outcomes with their own
-//! exit codes, not errors.
+//! The thin, scriptable lease commands: `acquire`, `renew`, `release`, `inspect` (of a key, or of
+//! a semaphore's slots), `list` and `purge`. Each is one call of the SQL API (plus a read of the
+//! server clock for "in 12s"), printed as aligned text or, with `--json`, as one JSON document.
+//! Refusals are outcomes with their own exit codes, not errors.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::cli::{
     AcquireArgs, InspectArgs, ListArgs, OutputArgs, PurgeArgs, ReleaseArgs, RenewArgs,
+    semaphore_name_fits,
 };
 use crate::connect::Target;
 use crate::exit::{self, BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED};
@@ -224,6 +225,14 @@ pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, Box
     let key = args.key().to_owned();
     let client = target.connect().await?;
     let holder = target.answer(waiting::holder(&client, &key)).await?;
+    if holder.is_none() && semaphore_name_fits(&key).is_ok() {
+        let slots = target.answer(pglease::list_slots(&client, &key)).await?;
+        if !slots.is_empty() {
+            let now = target.answer(waiting::server_now(&client)).await?;
+            print_semaphore(&key, slots, now, args.output)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     if args.output.json {
         output::json(&StateJson::new(&key, holder.as_ref()))?;
         return Ok(ExitCode::SUCCESS);
@@ -266,6 +275,107 @@ pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, Box
     };
     output::out(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A semaphore in JSON (`inspect` of a name whose slots have leases: `run --limit`).
+#[derive(Debug, Serialize)]
+struct SemaphoreJson {
+    key: String,
+    /// Always `semaphore`.
+    state: &'static str,
+    /// Whether any slot is held.
+    held: bool,
+    /// How many slots are held.
+    holders: usize,
+    /// Every slot that has a lease row, by slot number; each with the fields of a key's state.
+    slots: Vec<SlotJson>,
+}
+
+/// One slot of a semaphore in JSON.
+#[derive(Debug, Serialize)]
+struct SlotJson {
+    slot: u32,
+    #[serde(flatten)]
+    state: StateJson,
+}
+
+/// `inspect` of a semaphore: its slots (holder, epoch, expiry), as a table or JSON.
+fn print_semaphore(
+    name: &str,
+    slots: Vec<pglease::SlotState>,
+    now: std::time::SystemTime,
+    output: OutputArgs,
+) -> std::io::Result<()> {
+    let slots: Vec<(u32, String, Holder)> = slots
+        .into_iter()
+        .map(|s| {
+            (
+                s.slot,
+                s.key,
+                Holder {
+                    state: s.state,
+                    now,
+                },
+            )
+        })
+        .collect();
+    let holders = slots.iter().filter(|(_, _, h)| h.state.held).count();
+    if output.json {
+        return output::json(&SemaphoreJson {
+            key: name.to_owned(),
+            state: "semaphore",
+            held: holders > 0,
+            holders,
+            slots: slots
+                .iter()
+                .map(|(slot, key, h)| SlotJson {
+                    slot: *slot,
+                    state: StateJson::new(key, Some(h)),
+                })
+                .collect(),
+        });
+    }
+    let rows: Vec<Vec<String>> = slots
+        .iter()
+        .map(|(slot, key, h)| {
+            vec![
+                slot.to_string(),
+                key.clone(),
+                if h.state.held { "held" } else { "-" }.into(),
+                h.state.owner.clone().unwrap_or_else(|| "-".into()),
+                h.state.epoch.to_string(),
+                h.state
+                    .expires_at
+                    .map(output::timestamp)
+                    .unwrap_or_else(|| "-".into()),
+                h.left().map(output::duration).unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let mut text = output::fields(&[
+        ("key", name.to_owned()),
+        (
+            "state",
+            format!(
+                "semaphore: {holders} slot{} held (`pglease run --key {name} --limit N` takes one)",
+                if holders == 1 { "" } else { "s" }
+            ),
+        ),
+    ]);
+    text.push('\n');
+    text.push_str(&output::table(
+        &[
+            "SLOT",
+            "KEY",
+            "HELD",
+            "OWNER",
+            "EPOCH",
+            "EXPIRES_AT",
+            "LEFT",
+        ],
+        &rows,
+    ));
+    output::out(&text)
 }
 
 /// `pglease list`.

@@ -12,9 +12,10 @@
 //! directory's `password` file (0600). `pglease local url` prints a URL with that password.
 //!
 //! The directory is `$PGLEASE_LOCAL_DIR`, else `$XDG_DATA_HOME/pglease/local`, else
-//! `~/.local/share/pglease/local`; as root `/var/lib/pglease/local`. As root, the server runs as
-//! `$PGCLUSTER_USER` (default `nobody`), which must be able to reach the directory (checked by
-//! pgcluster, with a clear error).
+//! `~/.local/share/pglease/local`; as root `/var/lib/pglease/local` (chosen by pgcluster's
+//! [`PersistentCluster::pglease_local`], which the crates' examples use too). As root, the server
+//! runs as `$PGCLUSTER_USER` (default `nobody`), which must be able to reach the directory (checked
+//! by pgcluster, with a clear error).
 //!
 //! # pg_lease in the local server
 //!
@@ -56,29 +57,10 @@ impl LocalServer {
     ///
     /// Neither `PGLEASE_LOCAL_DIR` nor `HOME` (nor `XDG_DATA_HOME`) is set for a non-root user.
     pub fn from_env() -> Result<LocalServer, String> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let dir = if let Some(dir) = var("PGLEASE_LOCAL_DIR") {
-            PathBuf::from(dir)
-        } else if is_root() {
-            PathBuf::from("/var/lib/pglease/local")
-        } else if let Some(data) = var("XDG_DATA_HOME") {
-            PathBuf::from(data).join("pglease/local")
-        } else if let Some(home) = var("HOME") {
-            PathBuf::from(home).join(".local/share/pglease/local")
-        } else {
-            return Err(
-                "cannot place the local server: set PGLEASE_LOCAL_DIR (or HOME), or pass --database-url"
-                    .into(),
-            );
-        };
-        let dir = if dir.is_relative() {
-            std::env::current_dir()
-                .map_err(|e| format!("current directory: {e}"))?
-                .join(dir)
-        } else {
-            dir
-        };
-        Ok(LocalServer::at(dir))
+        let cluster = PersistentCluster::pglease_local().ok_or(
+            "cannot place the local server: set PGLEASE_LOCAL_DIR (or HOME), or pass --database-url",
+        )?;
+        Ok(LocalServer::at(cluster.root().to_path_buf()))
     }
 
     /// The local server in `dir` (absolute).
@@ -166,12 +148,19 @@ impl LocalServer {
         })
         .await?
         .map_err(|e| {
-            // The directory is at fault: say how to choose another.
-            let hint = match e {
-                pgcluster::Error::Directory { .. } => " (set PGLEASE_LOCAL_DIR)",
-                _ => "",
-            };
-            exit::context(format!("local server in {}{hint}", self.dir().display()), e)
+            let dir = self.dir().display();
+            match e {
+                // One line, with the log's path, instead of pages of old server log.
+                pgcluster::Error::Start { message, log_tail } => exit::context(
+                    format!("local server in {dir}"),
+                    start_failure(&message, &log_tail, &self.log_path()),
+                ),
+                // The directory is at fault: say how to choose another.
+                e @ pgcluster::Error::Directory { .. } => {
+                    exit::context(format!("local server in {dir} (set PGLEASE_LOCAL_DIR)"), e)
+                }
+                e => exit::context(format!("local server in {dir}"), e),
+            }
         })?;
         // Still under the lock: concurrent first starts install once (the installers also lock).
         self.ensure_installed(limits)
@@ -224,11 +213,6 @@ impl LocalServer {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Percent-encodes everything but unreserved URL characters.
 fn percent_encode(bytes: &[u8]) -> String {
     bytes
@@ -240,6 +224,31 @@ fn percent_encode(bytes: &[u8]) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// A failed start in one line: what failed, the server's last error from the log, and the log's
+/// path.
+fn start_failure(message: &str, log_tail: &str, log: &std::path::Path) -> String {
+    let what = message
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no reason given");
+    let last_error = log_tail.lines().rev().find_map(|l| {
+        ["FATAL:", "PANIC:", "ERROR:"].iter().find_map(|level| {
+            let at = l.find(level)?;
+            Some(format!("{level} {}", l[at + level.len()..].trim()))
+        })
+    });
+    match last_error {
+        Some(error) => format!(
+            "PostgreSQL failed to start: {what}; the server said {error} (log: {})",
+            log.display()
+        ),
+        None => format!(
+            "PostgreSQL failed to start: {what} (log: {})",
+            log.display()
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -262,5 +271,23 @@ mod tests {
         );
         assert_eq!(parsed.get_ports(), [PORT]);
         assert_eq!(parsed.get_dbname(), Some(DATABASE));
+    }
+
+    #[test]
+    fn a_failed_start_is_one_line_with_the_servers_error_and_the_log() {
+        let tail = "2026-12-04 02:08:50.376 UTC [1] LOG:  database system is ready\n\
+                    2026-12-04 02:08:51.608 UTC [2] FATAL:  lock file \"postmaster.pid\" already exists\n\
+                    2026-12-04 02:08:51.608 UTC [2] HINT:  Is another postmaster running?";
+        let line = start_failure(
+            "pg_ctl start failed (exit status: 1): pg_ctl: could not start server\nExamine the log",
+            tail,
+            Path::new("/d/server.log"),
+        );
+        assert_eq!(
+            line,
+            "PostgreSQL failed to start: pg_ctl start failed (exit status: 1): pg_ctl: could not \
+             start server; the server said FATAL: lock file \"postmaster.pid\" already exists \
+             (log: /d/server.log)"
+        );
     }
 }

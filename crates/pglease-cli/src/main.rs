@@ -14,11 +14,13 @@ mod exit;
 mod leader;
 mod leases;
 mod local;
+mod missing;
 mod output;
 mod owner;
 mod procs;
 mod progress;
 mod queue;
+mod queue_errors;
 mod run;
 mod signals;
 mod supervise;
@@ -40,7 +42,7 @@ fn main() -> ExitCode {
         return code; // `pglease run`'s watchdog process (internal)
     }
     let cli = Cli::parse(); // exits with 2 on an invalid command line
-    if let Err(message) = verbose::install(cli.verbose) {
+    if let Err(message) = verbose::install(cli.verbose, cli.color) {
         Cli::command()
             .error(clap::error::ErrorKind::ValueValidation, message)
             .exit();

@@ -11,25 +11,18 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{
-    QueueCreateArgs, QueueDeadLettersArgs, QueueNameArgs, QueueRedriveArgs, QueueSendArgs,
+    QueueCreateArgs, QueueDeadLettersArgs, QueueDropArgs, QueueRedriveArgs, QueueSendArgs,
     QueueStatsArgs,
 };
 use crate::connect::Target;
 use crate::exit::{self, BoxError};
-use crate::output;
+use crate::{missing, output};
 
-/// Connects, and checks that pg_lease_queue is there (with a hint if it is not).
+/// Connects, and checks that pg_lease_queue is installed at this pglease's version
+/// ([`missing::check`]).
 async fn connect(target: &Target) -> Result<tokio_postgres::Client, BoxError> {
     let client = target.connect().await?;
-    let installed = target
-        .answer(pglease::PG_LEASE_QUEUE.installed(&client))
-        .await?;
-    if installed.is_none() {
-        return Err(exit::context(
-            format!("on {}", target.describe()),
-            "pg_lease_queue is not installed: run `pglease install pg_lease_queue`",
-        ));
-    }
+    missing::check(&client, target, &pglease::PG_LEASE_QUEUE).await?;
     Ok(client)
 }
 
@@ -75,9 +68,20 @@ pub async fn create(args: QueueCreateArgs, target: &Target) -> Result<ExitCode, 
 }
 
 /// `pglease queue drop`.
-pub async fn drop_queue(args: QueueNameArgs, target: &Target) -> Result<ExitCode, BoxError> {
-    let client = connect(target).await?;
+///
+/// Without `--yes` it asks on the terminal first (the caller checked there is one).
+pub async fn drop_queue(args: QueueDropArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let q = &args.queue.queue;
+    if !args.yes
+        && !confirm(&format!(
+            "drop queue {q} with its messages and dead letters?"
+        ))
+        .await?
+    {
+        eprintln!("pglease: queue {q} not dropped");
+        return Ok(ExitCode::from(exit::EXIT_ERROR));
+    }
+    let client = connect(target).await?;
     target
         .answer(client.execute("SELECT lease_queue.drop_queue($1)", &[q]))
         .await?;
@@ -87,6 +91,21 @@ pub async fn drop_queue(args: QueueNameArgs, target: &Target) -> Result<ExitCode
         output::out(&format!("dropped queue {q}\n"))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Asks `question` on stderr and reads the answer from stdin: whether it is y or yes.
+async fn confirm(question: &str) -> Result<bool, BoxError> {
+    eprint!("pglease: {question} [y/N] ");
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await?
+    .map_err(|e| exit::context("reading the answer from stdin", e))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
 }
 
 /// The payload of `send`: the argument, or stdin for `-` or none; it must be JSON.
@@ -101,7 +120,12 @@ fn payload(arg: Option<String>) -> Result<Value, BoxError> {
         }
         Some(s) => s.to_owned(),
     };
-    serde_json::from_str(&text).map_err(|e| exit::context("the payload is not JSON", e))
+    serde_json::from_str(&text).map_err(|e| {
+        exit::usage(format!(
+            "the payload is not JSON ({e}); {}",
+            crate::cli::JSON_QUOTING_HINT
+        ))
+    })
 }
 
 /// `pglease queue send`.

@@ -33,7 +33,7 @@ use crate::exit::{self, BoxError};
 use crate::signals::Signals;
 use crate::supervise::{LeaseEnv, Supervision, supervise};
 use crate::waiting::{self, Holder, Outcome, Waited};
-use crate::{output, owner};
+use crate::{missing, output, owner};
 
 /// The lease `run` or `elect` holds the command under, as parsed.
 #[derive(Debug)]
@@ -60,7 +60,16 @@ pub async fn run(
     match run_inner(request, args, supervision, target).await {
         Ok(code) => Ok(code),
         Err(e) => {
+            // Bounded by the connect and request timeouts, and interruptible.
+            let mut signals = Signals::catch()?;
+            let e = tokio::select! {
+                e = missing::explain(e, target, &pglease::PG_LEASE) => e,
+                sig = signals.recv_terminating() => return Ok(exit::signal_exit(sig)),
+            };
             exit::print_error(&*e);
+            if missing::is_not_ready(&*e) {
+                return Ok(ExitCode::from(supervision.codes.not_installed));
+            }
             Ok(ExitCode::from(supervision.codes.error))
         }
     }

@@ -57,6 +57,8 @@ pub struct Codes {
     pub lost: u8,
     /// `--error-exit-code`: pglease's own error.
     pub error: u8,
+    /// `--error-exit-code` if given, else [`exit::EXIT_NOT_INSTALLED`]: the extension is missing.
+    pub not_installed: u8,
 }
 
 /// How the command is supervised.
@@ -79,7 +81,8 @@ impl Supervision {
             codes: Codes {
                 conflict: args.conflict_exit_code,
                 lost: args.lost_exit_code,
-                error: args.error_exit_code,
+                error: args.error_exit_code.unwrap_or(exit::EXIT_ERROR),
+                not_installed: args.error_exit_code.unwrap_or(exit::EXIT_NOT_INSTALLED),
             },
         }
     }
@@ -175,6 +178,7 @@ pub async fn supervise(
             kill_after: sup.kill_after,
         },
         main: None,
+        leftover_stops: 0,
         key,
         sup,
     };
@@ -210,6 +214,8 @@ struct Supervisor<'a> {
     stop: Stop,
     /// The command's exit status, once it has exited (its descendants may still run).
     main: Option<ExitStatus>,
+    /// How many terminating signals came since the command exited, while its leftovers run.
+    leftover_stops: u32,
     key: &'a str,
     sup: Supervision,
 }
@@ -244,7 +250,7 @@ impl Supervisor<'_> {
                     if self.main.is_none() {
                         self.child.signal(sig);
                     } else {
-                        self.child.signal_all(sig);
+                        self.leftovers_signalled(sig);
                     }
                 }
                 reason = &mut lost, if !lost_seen => {
@@ -275,7 +281,8 @@ impl Supervisor<'_> {
             match self.sup.descendants {
                 Descendants::Wait => eprintln!(
                     "pglease: the command {what}; keeping the lease on {key} until the processes it \
-                     left behind exit"
+                     left behind exit (a signal, e.g. Ctrl-C, is passed on to them; a second one \
+                     kills them; --descendants kill stops them at once)"
                 ),
                 Descendants::Kill => {
                     eprintln!(
@@ -286,6 +293,33 @@ impl Supervisor<'_> {
                     self.stop.terminate(&self.child);
                 }
             }
+        }
+    }
+
+    /// `sig` came while the lease is kept for the processes the command left behind: forwarded to
+    /// them. A second terminating signal (Ctrl-C again) kills them (SIGKILL): a job started with
+    /// `&` by `sh -c` ignores SIGINT, and the user would otherwise be left waiting.
+    fn leftovers_signalled(&mut self, sig: i32) {
+        if !signals::TERMINATING.contains(&sig) || self.stop.lost.is_some() {
+            self.child.signal_all(sig);
+            return;
+        }
+        self.leftover_stops += 1;
+        let name = signals::name(sig);
+        if self.leftover_stops == 1 {
+            eprintln!(
+                "pglease: {name}: passed on to the processes the command left behind; the lease on \
+                 {} is kept until they exit. Send it again (Ctrl-C) to kill them (SIGKILL); \
+                 --descendants kill stops them (SIGTERM, then SIGKILL) when the command exits",
+                self.key
+            );
+            self.child.signal_all(sig);
+        } else {
+            eprintln!(
+                "pglease: {name} again: killing the processes the command left behind ({})",
+                signals::name(libc::SIGKILL)
+            );
+            self.child.signal_all(libc::SIGKILL);
         }
     }
 

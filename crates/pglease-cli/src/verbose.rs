@@ -16,6 +16,8 @@ use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+use crate::cli::Color;
+
 /// The variable whose directives (`target=level,...`) override `-v`.
 pub const ENV: &str = "PGLEASE_LOG";
 
@@ -39,18 +41,22 @@ pub fn filter(verbose: u8, env: Option<&str>) -> Result<Option<Targets>, String>
     })
 }
 
-/// Installs the stderr logger for `verbose` and [`ENV`], if they ask for one.
+/// Installs the stderr logger for `verbose` and [`ENV`], if they ask for one, with colours as
+/// `color` says (`--color`).
 ///
 /// # Errors
 ///
 /// As [`filter`].
-pub fn install(verbose: u8) -> Result<(), String> {
+pub fn install(verbose: u8, color: Color) -> Result<(), String> {
     let env = std::env::var(ENV).ok();
     let Some(targets) = filter(verbose, env.as_deref())? else {
         return Ok(());
     };
-    let stderr = std::io::stderr();
-    let colour = stderr.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let colour = match color {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    };
     let layer = tracing_subscriber::fmt::layer()
         .compact()
         .with_ansi(colour)

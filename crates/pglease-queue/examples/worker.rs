@@ -4,10 +4,15 @@
 //! (finishes the open batches, releases the partitions so other workers take over at once).
 //!
 //! ```sh
-//! # a database with pg_lease_queue installed (pglease install pg_lease_queue)
-//! PGLEASE_CONNINFO="host=localhost user=app dbname=app" \
-//!     cargo run -p pglease-queue --example worker
+//! cargo run -p pglease-queue --example worker          # pglease's local server
+//! DATABASE_URL=postgresql://app@db/app cargo run -p pglease-queue --example worker
 //! ```
+//!
+//! Without `DATABASE_URL` it uses the local server the `pglease` command uses without a database
+//! URL (`pglease local`; started with PostgreSQL `PGLEASE_PG_VERSION`, default 15, if it is not
+//! running). It installs pg_lease_queue (and pg_lease) with the script installer if needed (the
+//! role needs `CREATE` on the database). Its log has colours only on a terminal (and never with
+//! `NO_COLOR` set).
 //!
 //! Start it twice: the second worker gets half of the partitions without the first one stopping.
 //! Kill one with SIGKILL: after its ttl the other gets its open batches again (attempts counted).
@@ -47,13 +52,39 @@ impl From<pglease_queue::Error> for Rejected {
     }
 }
 
+/// The connection string of pglease's local server (the one `pglease` uses without a database
+/// URL: `pglease local`), started if it is not running; it keeps running afterwards.
+fn local_server() -> Result<String, Box<dyn std::error::Error>> {
+    let local = pgcluster::PersistentCluster::pglease_local()
+        .ok_or("set DATABASE_URL, or PGLEASE_LOCAL_DIR (or HOME) for the local server")?;
+    let major = std::env::var("PGLEASE_PG_VERSION")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(15);
+    let started = local.start(major)?;
+    eprintln!(
+        "no DATABASE_URL: using pglease's local server in {}",
+        local.root().display()
+    );
+    Ok(started.server.connection_string("postgres"))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
+        .with_ansi(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .init();
-    let conninfo = std::env::var("PGLEASE_CONNINFO")
-        .unwrap_or_else(|_| "host=localhost user=postgres dbname=postgres".to_owned());
+    let conninfo = match std::env::var("DATABASE_URL") {
+        Ok(url) => url,
+        Err(_) => local_server()?,
+    };
+    // A no-op where pg_lease_queue is installed already (`pglease install`, CREATE EXTENSION).
+    let (mut db, connection) = tokio_postgres::connect(&conninfo, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    pglease::PG_LEASE_QUEUE.install(&mut db).await?;
+    drop(db);
     let client = pglease::Client::builder()
         .renew_fraction(0.25)
         .connect(&conninfo)

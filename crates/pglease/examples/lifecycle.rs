@@ -2,13 +2,14 @@
 //! key without polling, lose a lease, get fenced out, `with_lease`, a leader election, shutdown.
 //!
 //! ```text
-//! cargo run -p pglease --example lifecycle                  # starts a private PostgreSQL
+//! cargo run -p pglease --example lifecycle                  # pglease's local server
 //! DATABASE_URL=postgresql://app@db/app cargo run -p pglease --example lifecycle
 //! ```
 //!
-//! Without `DATABASE_URL` it starts a throwaway server with `pgcluster` (PostgreSQL
-//! `PGLEASE_PG_VERSION`, default 15) and installs the extension; with it, it installs pg_lease
-//! with the script installer if needed (the role needs `CREATE` on the database).
+//! Without `DATABASE_URL` it uses the local server the `pglease` command uses without a database
+//! URL (`pglease local`; started with PostgreSQL `PGLEASE_PG_VERSION`, default 15, if it is not
+//! running). It installs pg_lease with the script installer if needed (the role needs `CREATE` on
+//! the database). It prints plain text: no colour codes.
 
 use std::error::Error;
 use std::time::Duration;
@@ -18,29 +19,31 @@ use pglease::{Client, LostReason};
 use tokio_postgres::NoTls;
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let (conninfo, cluster) = match std::env::var("DATABASE_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let major = std::env::var("PGLEASE_PG_VERSION")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(15);
-            let extension = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extensions/pg_lease");
-            println!("starting a private PostgreSQL {major} ...");
-            let cluster = pgcluster::ClusterBuilder::for_major(major)?
-                .extension_dir(extension)
-                .start()?;
-            cluster.psql("postgres", "CREATE EXTENSION pg_lease")?;
-            (cluster.connection_string("postgres"), Some(cluster))
-        }
+    let conninfo = match std::env::var("DATABASE_URL") {
+        Ok(url) => url,
+        Err(_) => local_server()?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let result = runtime.block_on(run(&conninfo));
-    drop(runtime);
-    drop(cluster); // stops the private server, if any
-    result
+    runtime.block_on(run(&conninfo))
+}
+
+/// The connection string of pglease's local server (the one `pglease` uses without a database
+/// URL: `pglease local`), started if it is not running; it keeps running afterwards.
+fn local_server() -> Result<String, Box<dyn Error>> {
+    let local = pgcluster::PersistentCluster::pglease_local()
+        .ok_or("set DATABASE_URL, or PGLEASE_LOCAL_DIR (or HOME) for the local server")?;
+    let major = std::env::var("PGLEASE_PG_VERSION")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(15);
+    let started = local.start(major)?;
+    eprintln!(
+        "no DATABASE_URL: using pglease's local server in {}",
+        local.root().display()
+    );
+    Ok(started.server.connection_string("postgres"))
 }
 
 /// A plain connection, for the example's own statements.

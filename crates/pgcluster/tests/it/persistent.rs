@@ -332,3 +332,65 @@ async fn a_trusting_directory_of_an_older_version_is_converted_on_start() {
     assert!(connect_with(&again.server, None).await.is_err());
     connect_with(&again.server, Some(&password)).await.unwrap();
 }
+
+#[test]
+fn a_start_after_the_postmaster_was_killed_recovers_the_server() {
+    let dir = Dir::new();
+    let first = dir.cluster.start(15).unwrap().server;
+    let pid = first.pid() as i32;
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_until("the postmaster to die", || pid_gone(pid));
+    // Its lock files stay behind (and the pid may stay a zombie nobody reaps).
+    assert!(dir.cluster.data_dir().join("postmaster.pid").exists());
+    let again = dir.cluster.start(15).unwrap();
+    assert!(again.started && again.server.pid() != first.pid());
+}
+
+#[test]
+fn a_stale_lock_file_is_kept_while_its_shared_memory_is_attached() {
+    let dir = Dir::new();
+    dir.cluster.start(15).unwrap();
+    dir.cluster.stop().unwrap();
+    // A postmaster.pid naming a dead pid, with a segment this test keeps attached: what orphaned
+    // backends of a crashed server look like. PostgreSQL must not start beside them.
+    // SAFETY: plain System V calls with valid arguments; the segment is removed below.
+    let shmid = unsafe { libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600) };
+    assert!(shmid >= 0, "shmget: {}", std::io::Error::last_os_error());
+    // SAFETY: attaching the segment just made.
+    let addr = unsafe { libc::shmat(shmid, std::ptr::null(), 0) };
+    assert_ne!(addr as isize, -1);
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let pid_file = dir.cluster.data_dir().join("postmaster.pid");
+    let data = dir.cluster.data_dir();
+    std::fs::write(
+        &pid_file,
+        format!(
+            "{dead_pid}\n{}\n1\n5432\n{}\n\n  1234 {shmid}\nready\n",
+            data.display(),
+            dir.cluster.socket_dir().display()
+        ),
+    )
+    .unwrap();
+    let err = dir
+        .cluster
+        .start(15)
+        .expect_err("orphaned backends still attached");
+    // SAFETY: detaching and removing the segment made above.
+    unsafe {
+        libc::shmdt(addr);
+        libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut());
+    }
+    assert!(
+        matches!(&err, pgcluster::Error::Start { message, .. } if message.contains("still attached")),
+        "{err}"
+    );
+    assert!(
+        pid_file.exists(),
+        "the lock file must stay while its memory is attached"
+    );
+    // Once nothing is attached, it is stale: the next start goes ahead.
+    dir.cluster.start(15).unwrap();
+}

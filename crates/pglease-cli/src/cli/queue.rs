@@ -17,8 +17,10 @@ pub enum QueueCommand {
     Create(QueueCreateArgs),
     /// Drop a queue with its messages and dead letters; its partitions' epochs are kept.
     ///
-    /// Waits for producers that sent to it and for calls in flight on its partitions to end.
-    Drop(QueueNameArgs),
+    /// Asks for confirmation on a terminal (stdin); without one, --yes is required (else exit 2).
+    /// An answer other than y or yes drops nothing (exit 1). Waits for producers that sent to it
+    /// and for calls in flight on its partitions to end.
+    Drop(QueueDropArgs),
     /// Send one message; it is committed when this command returns.
     ///
     /// The payload is JSON, from the argument or (without it, or with -) from stdin. Messages
@@ -82,11 +84,14 @@ pub struct QueueCreateArgs {
     pub conn: ConnArgs,
 }
 
-/// Options of commands that take only a queue.
+/// Options of `pglease queue drop`.
 #[derive(Debug, Args)]
-pub struct QueueNameArgs {
+pub struct QueueDropArgs {
     #[command(flatten)]
     pub queue: QueueArg,
+    /// Drop without asking (required when stdin is not a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -98,8 +103,11 @@ pub struct QueueNameArgs {
 pub struct QueueSendArgs {
     #[command(flatten)]
     pub queue: QueueArg,
-    /// The payload, JSON (e.g. '{"order": 42}'); - or nothing reads it from stdin.
-    #[arg(value_name = "PAYLOAD")]
+    /// The payload, JSON (e.g. '{"order": 42}', or '"text"' for a string: single quotes keep the
+    /// shell from eating the double quotes); - or nothing reads it from stdin.
+    ///
+    /// A payload that is not JSON is a usage error (exit 2), from stdin too.
+    #[arg(value_name = "PAYLOAD", value_parser = super::parse_payload)]
     pub payload: Option<String>,
     /// The message's key: messages of one key are delivered in order (1 to 1024 bytes).
     #[arg(long, short = 'k', value_name = "KEY", value_parser = super::parse_name)]
@@ -156,8 +164,10 @@ pub struct QueueConsumeArgs {
     /// After SIGTERM on a lost lease, wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_wait)]
     pub kill_after: Duration,
-    /// The command and its arguments, after --.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments: everything from CMD on goes to it, options included
+    /// (`-- CMD --ttl 5` and `CMD --ttl 5` both pass `--ttl 5` to CMD). Give pglease's own options
+    /// before CMD; `--` before CMD is optional (needed only when CMD starts with `-`).
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
     #[command(flatten)]
     pub conn: ConnArgs,

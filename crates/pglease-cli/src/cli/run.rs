@@ -116,7 +116,8 @@ pub struct SupervisionArgs {
     ///
     /// wait: keep the lease (and the watchdog) until every one has exited, then release; kill:
     /// stop them (SIGTERM, SIGKILL after --kill-after), then release. Either way none of them runs
-    /// unprotected after the key is released.
+    /// unprotected after the key is released. While they keep the lease, a signal (Ctrl-C) is
+    /// passed on to them and a second one kills them (SIGKILL).
     #[arg(long, value_name = "WHAT", value_enum, default_value_t = Descendants::Wait, help_heading = "Command")]
     pub descendants: Descendants,
 
@@ -140,16 +141,12 @@ pub struct SupervisionArgs {
     )]
     pub lost_exit_code: u8,
 
-    /// Exit with this code (0 to 255) instead of 1 on pglease's own errors (connecting, SQL).
+    /// Exit with this code (0 to 255) on pglease's own errors (connecting, SQL) instead of 1, and
+    /// instead of 5 when pg_lease is not installed.
     ///
     /// Pick codes the command never exits with, and every other code is the command's own.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        help_heading = "Exit codes"
-    )]
-    pub error_exit_code: u8,
+    #[arg(long, value_name = "N", help_heading = "Exit codes")]
+    pub error_exit_code: Option<u8>,
 
     /// Run SCRIPT with `sh -c` instead of a command: `--shell 'make && make install'`.
     #[arg(
@@ -160,7 +157,10 @@ pub struct SupervisionArgs {
     )]
     pub shell: Option<OsString>,
 
-    /// The command and its arguments (after `--`).
+    /// The command and its arguments: everything from COMMAND on goes to it, options included
+    /// (`-- COMMAND --ttl 5` and `COMMAND --ttl 5` both pass `--ttl 5` to COMMAND). Give
+    /// pglease's own options before COMMAND; `--` before COMMAND is optional (needed only when
+    /// COMMAND starts with `-`).
     #[arg(required_unless_present = "shell", num_args = 1.., trailing_var_arg = true,
           value_name = "COMMAND", help_heading = "Command")]
     pub command: Vec<OsString>,

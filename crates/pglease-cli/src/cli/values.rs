@@ -85,6 +85,21 @@ pub fn parse_data(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// How to get JSON through a shell intact, for messages about a payload that is not JSON.
+pub const JSON_QUOTING_HINT: &str = "quote it for the shell so that the JSON arrives intact: \
+     '{\"order\": 42}' for an object, '\"text\"' for a string (single quotes keep the double \
+     quotes)";
+
+/// Parses a queue message's payload: JSON, or `-` (read stdin).
+pub fn parse_payload(s: &str) -> Result<String, String> {
+    if s == "-" {
+        return Ok(s.to_owned());
+    }
+    serde_json::from_str::<serde_json::Value>(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("not JSON ({e}); {JSON_QUOTING_HINT}"))
+}
+
 /// Whether `run --limit` may use `key` as a semaphore name (room for `#N` within 1024 bytes).
 pub fn semaphore_name_fits(key: &str) -> Result<(), String> {
     if key.len() > MAX_SEMAPHORE_BYTES {

@@ -51,12 +51,36 @@ pub fn start_cluster() -> Cluster {
         .unwrap_or_else(|e| panic!("could not start PostgreSQL: {e}"))
 }
 
-/// The server shared by this test binary (killed at process exit by pgcluster).
 /// The shared server's psql.
 pub fn psql() -> PathBuf {
     cluster().installation().bindir().join("psql")
 }
 
+/// Runs `sql` with psql on the database of `url`; panics with psql's stderr if it fails.
+pub fn run_sql(url: &str, sql: &str) -> String {
+    let out = Command::new(psql())
+        .args([
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-At",
+            "-d",
+            url,
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "psql -c {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The server shared by this test binary (killed at process exit by pgcluster).
 pub fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(start_cluster)
@@ -76,6 +100,18 @@ impl Case {
 
     /// A case on `cluster`, with a fresh database where `pglease install` has run.
     pub fn on(cluster: &Cluster, name: &str) -> Case {
+        let case = Case::empty_on(cluster, name);
+        case.pglease(["install"]).expect_code(0);
+        case
+    }
+
+    /// A case on the shared server whose database has none of our extensions.
+    pub fn empty(name: &str) -> Case {
+        Case::empty_on(cluster(), name)
+    }
+
+    /// A case on `cluster`, with a fresh database and nothing installed in it.
+    pub fn empty_on(cluster: &Cluster, name: &str) -> Case {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let db = format!("{name}_{}", NEXT.fetch_add(1, Ordering::Relaxed));
         cluster
@@ -87,12 +123,10 @@ impl Case {
             .expect("temporary directory");
         // As root the local server runs as nobody, which must reach the case's directory.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let case = Case {
+        Case {
             dir,
             url: cluster.url(&db),
-        };
-        case.pglease(["install"]).expect_code(0);
-        case
+        }
     }
 
     /// The case's temporary directory.

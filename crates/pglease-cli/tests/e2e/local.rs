@@ -337,3 +337,62 @@ fn only_the_user_who_started_the_local_server_can_connect() {
         );
     }
 }
+
+/// The pids of `pid`'s children that are not zombies.
+fn live_children(pid: i64) -> Vec<i64> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i64>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                let after: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+                    .split_whitespace()
+                    .collect();
+                after.first() != Some(&"Z") && after.get(1) == Some(&pid.to_string().as_str())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn the_next_command_recovers_the_local_server_a_second_after_kill_9() {
+    let case = Case::new("local_crash");
+    let _stop = StopOnDrop(&case);
+    case.bare(["acquire", "-k", "before-crash", "-o", "me", "-t", "1h"])
+        .expect_code(0);
+    let status = case
+        .bare(["local", "status", "--json"])
+        .expect_code(0)
+        .json();
+    let pid = status["pid"].as_i64().expect("running");
+    send_signal(pid as i32, libc::SIGKILL);
+    eventually(
+        "the postmaster to die (it may stay a zombie nobody reaps)",
+        Duration::from_secs(10),
+        || (!pid_alive(pid)).then_some(()),
+    );
+    // Its backends notice the death and exit too (they may also stay as unreaped zombies).
+    eventually(
+        "the crashed postmaster's children to exit",
+        Duration::from_secs(10),
+        || live_children(pid).is_empty().then_some(()),
+    );
+    // The next command restarts it (crash recovery); the lease survived the crash.
+    let out = case
+        .bare(["inspect", "before-crash", "--json"])
+        .expect_code(0);
+    expect_eq(
+        "the lease after recovery",
+        "held",
+        out.json()["state"].as_str().unwrap(),
+    );
+    assert!(out.stderr().lines().count() <= 1, "{}", out.report());
+    let after = case
+        .bare(["local", "status", "--json"])
+        .expect_code(0)
+        .json();
+    assert!(after["pid"].as_i64().is_some_and(|p| p != pid), "{after}");
+}

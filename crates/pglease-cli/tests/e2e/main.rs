@@ -6,6 +6,7 @@ mod bounds;
 mod common;
 mod demo;
 mod exit_codes;
+mod first_contact;
 mod fleet;
 mod json;
 mod local;

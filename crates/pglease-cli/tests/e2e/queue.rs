@@ -72,13 +72,47 @@ fn create_send_and_stats_show_the_messages_in_their_partitions() {
     let text = case.pglease(["queue", "stats", "orders"]).expect_code(0);
     assert!(text.stdout().contains("BACKLOG"), "{}", text.report());
 
-    case.pglease(["queue", "drop", "orders"]).expect_code(0);
+    // No terminal to ask on (stdin is /dev/null) and no --yes: a usage error, nothing dropped.
+    let refused = case.pglease(["queue", "drop", "orders"]).expect_code(2);
+    assert!(refused.stderr().contains("--yes"), "{}", refused.report());
+    case.pglease(["queue", "stats", "orders"]).expect_code(0);
+    case.pglease(["queue", "drop", "orders", "--yes"])
+        .expect_code(0);
+    // A missing queue is told in pglease's terms, its SQLSTATE kept.
     let out = case.pglease(["queue", "stats", "orders"]).expect_code(1);
+    let stderr = out.stderr();
     assert!(
-        out.stderr().contains("LQ001") || out.stderr().contains("does not exist"),
+        stderr.contains("queue orders does not exist: create it with `pglease queue create orders")
+            && stderr.contains("(SQLSTATE LQ001)")
+            && !stderr.contains("lease_queue.create_queue"),
         "{}",
         out.report()
     );
+    // With --json the error is also a document on stdout, with its SQLSTATE.
+    let doc = case
+        .pglease(["queue", "stats", "orders", "--json"])
+        .expect_code(1)
+        .json();
+    expect_eq("sqlstate", &Value::from("LQ001"), &doc["sqlstate"]);
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains("pglease queue create orders"),
+        "{doc}"
+    );
+    for args in [
+        vec!["queue", "send", "orders", "1"],
+        vec!["queue", "consume", "orders", "--", "true"],
+    ] {
+        let out = case.pglease(&args).expect_code(1);
+        assert!(
+            out.stderr().contains("`pglease queue create orders")
+                && out.stderr().contains("(SQLSTATE LQ001)"),
+            "{}",
+            out.report()
+        );
+    }
 }
 
 #[test]
@@ -95,9 +129,26 @@ fn usage_errors_exit_2_and_server_refusals_exit_1() {
     ] {
         case.pglease(&args).expect_code(2);
     }
-    // Not JSON: refused before connecting.
-    case.pglease(["queue", "send", "q", "not json"])
-        .expect_code(1);
+    // Not JSON: a usage error before connecting, with the shell quoting that keeps JSON intact;
+    // from stdin too.
+    let out = case
+        .pglease(["queue", "send", "q", "{order: 42}"])
+        .expect_code(2);
+    assert!(
+        out.stderr().contains("not JSON") && out.stderr().contains(r#"'{"order": 42}'"#),
+        "{}",
+        out.report()
+    );
+    let out = case
+        .pglease([
+            "queue",
+            "send",
+            "q",
+            "--database-url",
+            "postgresql://nowhere.invalid/x",
+        ])
+        .expect_code(2);
+    assert!(out.stderr().contains("not JSON"), "{}", out.report());
     // The server's refusals: a missing queue, a duplicate.
     case.pglease(["queue", "send", "missing", "1"])
         .expect_code(1);
@@ -110,7 +161,7 @@ fn usage_errors_exit_2_and_server_refusals_exit_1() {
 #[test]
 fn queue_commands_say_how_to_install_the_extension_when_it_is_missing() {
     let case = Case::new("queue_cli_missing_ext");
-    let out = case.pglease(["queue", "stats"]).expect_code(1);
+    let out = case.pglease(["queue", "stats"]).expect_code(5);
     assert!(
         out.stderr().contains("pglease install pg_lease_queue"),
         "{}",

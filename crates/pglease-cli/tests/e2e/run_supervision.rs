@@ -501,3 +501,53 @@ fn a_command_outlives_a_killed_pglease_at_most_until_the_lease_deadline() {
     assert!(survivors.is_empty(), "still running: {survivors:?}");
     drop(first);
 }
+
+#[test]
+fn ctrl_c_while_leftovers_keep_the_lease_says_how_to_stop_them_and_a_second_one_kills_them() {
+    let case = Case::new("run_leftover_ctrl_c");
+    let (job_file, main_file) = (case.file("job.pid"), case.file("main.pid"));
+    // `sh -c` starts `&` jobs with SIGINT ignored: Ctrl-C alone cannot stop this one.
+    let script = format!(
+        "sleep 300 & echo $! > '{}'; echo $$ > '{}'",
+        job_file.display(),
+        main_file.display()
+    );
+    let run = case
+        .pglease(["run", "-k", "leftover", "-t", "30s", "--shell", &script])
+        .spawn();
+    let job = pid_in(&job_file);
+    let main = pid_in(&main_file);
+    // pglease reaps the command itself: once it is gone, pglease knows it exited.
+    eventually("the command to be reaped", LONG, || {
+        state(main).is_none().then_some(())
+    });
+    crate::common::send_signal(run.pid(), libc::SIGINT);
+    eventually("the lease to be kept after the first SIGINT", LONG, || {
+        let out = case.pglease(["inspect", "leftover", "--json"]).output();
+        (out.json()["state"] == "held").then_some(())
+    });
+    assert!(running(job), "the job ignores SIGINT and should still run");
+    crate::common::send_signal(run.pid(), libc::SIGINT);
+    let out = run.wait(LONG);
+    out.expect_code(0);
+    assert!(
+        !running(job),
+        "the second SIGINT should have killed the job"
+    );
+    let stderr = out.stderr();
+    assert!(
+        stderr.contains("SIGINT: passed on to the processes the command left behind")
+            && stderr.contains("--descendants kill")
+            && stderr.contains("SIGINT again: killing the processes the command left behind"),
+        "\n{}\n",
+        out.report()
+    );
+    let after = case
+        .pglease(["inspect", "leftover", "--json"])
+        .expect_code(0);
+    expect_eq(
+        "released",
+        "not_held",
+        after.json()["state"].as_str().unwrap(),
+    );
+}

@@ -143,3 +143,59 @@ fn a_narrow_terminal_keeps_the_expiry_and_the_wait_on_the_progress_line() {
         "\nexpected the line to fit 80 columns with the epoch, the expiry and the wait\nline: {line:?}\n"
     );
 }
+
+#[test]
+fn queue_drop_asks_on_a_terminal_and_drops_only_on_yes() {
+    let case = Case::new("terminal_drop");
+    case.pglease(["install", "pg_lease_queue"]).expect_code(0);
+    case.pglease(["queue", "create", "q", "-p", "1"])
+        .expect_code(0);
+    let tmux = Tmux::new(&case);
+    let drop = format!(
+        "{} queue drop q --database-url '{}'; echo EXIT=$?",
+        binary().display(),
+        case.url
+    );
+    let script = format!("{drop}; {drop}; sleep 600");
+    tmux.tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "160",
+        "-y",
+        "20",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let asked = |n: usize| {
+        eventually("the question", Duration::from_secs(30), || {
+            let screen = tmux.screen();
+            (screen
+                .matches("drop queue q with its messages and dead letters? [y/N]")
+                .count()
+                == n)
+                .then_some(screen)
+        })
+    };
+    asked(1);
+    tmux.tmux(&["send-keys", "-t", "t", "n", "Enter"]);
+    let screen = eventually("the second question", Duration::from_secs(30), || {
+        let screen = asked(2);
+        screen.contains("EXIT=1").then_some(screen)
+    });
+    assert!(
+        screen.contains("pglease: queue q not dropped") && screen.contains("EXIT=1"),
+        "\nexpected a refusal to drop on no\nscreen:\n{screen}\n"
+    );
+    case.pglease(["queue", "stats", "q"]).expect_code(0);
+    tmux.tmux(&["send-keys", "-t", "t", "y", "Enter"]);
+    let done = eventually("the drop", Duration::from_secs(30), || {
+        let screen = tmux.screen();
+        screen.contains("EXIT=0").then_some(screen)
+    });
+    assert!(done.contains("dropped queue q"), "\nscreen:\n{done}\n");
+    case.pglease(["queue", "stats", "q"]).expect_code(1);
+}

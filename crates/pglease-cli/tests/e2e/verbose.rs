@@ -166,3 +166,26 @@ fn pglease_log_replaces_the_level_and_is_validated() {
         .expect_code(2);
     assert!(out.stderr().contains("PGLEASE_LOG"), "{}", out.report());
 }
+
+#[test]
+fn the_log_has_colours_only_on_a_terminal_or_with_color_always() {
+    let case = Case::new("verbose_colour");
+    let piped = case
+        .pglease(["-v", "acquire", "-k", "c1", "-o", "me", "-t", "1m"])
+        .expect_code(0);
+    assert!(
+        !log_lines(&piped.stderr()).is_empty() && !piped.stderr().contains('\u{1b}'),
+        "\nexpected the log without colour codes in a pipe\n{}\n",
+        piped.report()
+    );
+    let always = case
+        .pglease([
+            "acquire", "--color", "always", "-v", "-k", "c2", "-o", "me", "-t", "1m",
+        ])
+        .env("NO_COLOR", "1")
+        .expect_code(0);
+    assert!(always.stderr().contains('\u{1b}'), "{}", always.report());
+    for out in [&piped, &always] {
+        assert!(!out.stdout().contains('\u{1b}'), "{}", out.report());
+    }
+}

@@ -1,5 +1,6 @@
-//! `examples/worker.rs` end to end: it sends ten orders, records each exactly once, and on SIGINT
-//! finishes, releases its partitions and exits successfully.
+//! `examples/worker.rs` end to end: connected by `DATABASE_URL`, it sends ten orders, records each
+//! exactly once, and on SIGINT finishes, releases its partitions and exits successfully; its log
+//! in a pipe has no colour codes.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -31,9 +32,10 @@ fn worker_binary() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_example_records_every_order_once_and_shuts_down_cleanly() {
     let su = superuser().await;
-    let mut child = Command::new(worker_binary())
-        .env("PGLEASE_CONNINFO", conninfo("example-worker"))
-        .stdout(Stdio::null())
+    let child = Command::new(worker_binary())
+        .env("DATABASE_URL", conninfo("example-worker"))
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("start the example");
@@ -57,11 +59,20 @@ async fn the_worker_example_records_every_order_once_and_shuts_down_cleanly() {
         .status()
         .expect("kill -INT");
     assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()
         .expect("wait for the example");
-    assert!(exit.success(), "the example exited with {exit}");
+    assert!(
+        out.status.success(),
+        "the example exited with {}",
+        out.status
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sent 10 orders") && !stdout.contains('\u{1b}'),
+        "expected its log without colour codes in a pipe:\n{stdout}"
+    );
     assert!(
         holders(&su, "example-orders")
             .await

@@ -6,6 +6,7 @@ mod api;
 mod common;
 mod data;
 mod election;
+mod example;
 mod fence;
 mod keepalive;
 mod loss;
