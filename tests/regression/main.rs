@@ -18,6 +18,7 @@ mod privileges;
 mod purge;
 mod queue;
 mod queue_install;
+mod readme;
 mod release;
 mod renew;
 mod renew_many;

@@ -10,6 +10,7 @@ mod fleet;
 mod json;
 mod local;
 mod queue;
+mod readme;
 mod run;
 mod run_supervision;
 mod terminal;
