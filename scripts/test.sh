@@ -89,7 +89,7 @@ cargo fmt --all -- --check
 say "cargo clippy, warnings are errors (silent while it compiles: 1-5 min, longer the first time)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
-say "cargo doc of the libraries, broken links are errors (about 1 min)"
+say "cargo doc of the libraries, broken links are errors (up to 1 min)"
 RUSTDOCFLAGS="-D warnings" cargo doc -p pglease -p pglease-queue -p pgcluster --no-deps --quiet
 
 say "build of every crate and test binary (silent: 2-6 min, longer the first time)"
@@ -99,7 +99,7 @@ pgcluster=target/debug/pgcluster
 # pglease (with the SQL it embeds) and pgcluster are built from their packages alone; the queue
 # client and the CLI, which depend on them, are only listed: verifying them needs their
 # dependencies published (ADR 0009).
-say "cargo package: pglease and pgcluster build from their packaged files alone (about 1 min)"
+say "cargo package: pglease and pgcluster build from their packaged files alone (up to 1 min)"
 cargo package -p pglease -p pgcluster --allow-dirty --quiet
 cargo package -p pglease-queue -p pglease-cli --allow-dirty --list >/dev/null
 
