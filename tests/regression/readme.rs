@@ -344,3 +344,64 @@ fn each_extensions_pgxn_metadata_names_its_current_version_and_install_script() 
         assert_eq!(json_strings(&meta, "license"), ["postgresql"]);
     }
 }
+
+#[test]
+fn every_path_the_architecture_layout_names_exists() {
+    let doc = read("ARCHITECTURE.md");
+    let layout: Vec<&str> = doc
+        .lines()
+        .skip_while(|l| *l != "## Layout")
+        .skip_while(|l| *l != "```")
+        .skip(1)
+        .take_while(|l| *l != "```")
+        .collect();
+    assert!(layout.len() > 10, "no layout block in ARCHITECTURE.md");
+    for line in layout {
+        let Some(path) = line
+            .split_whitespace()
+            .next()
+            .filter(|_| !line.starts_with(' '))
+        else {
+            continue;
+        };
+        assert!(
+            repo_root().join(path).exists(),
+            "ARCHITECTURE.md's layout names {path}, which does not exist"
+        );
+    }
+}
+
+#[test]
+fn the_changelog_has_an_entry_for_every_version_of_each_extension() {
+    let changelog = read("CHANGELOG.md");
+    for name in ["pg_lease", "pg_lease_queue"] {
+        let section: String = changelog
+            .lines()
+            .skip_while(|l| *l != format!("## {name}"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("## "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut versions = vec![control_version(name)];
+        for entry in
+            std::fs::read_dir(repo_root().join("extensions").join(name).join("sql")).unwrap()
+        {
+            let file = entry.unwrap().file_name().into_string().unwrap();
+            if let Some(rest) = file.strip_prefix(&format!("{name}--")) {
+                versions.push(
+                    rest.trim_end_matches(".sql")
+                        .rsplit("--")
+                        .next()
+                        .unwrap()
+                        .into(),
+                );
+            }
+        }
+        for version in versions {
+            assert!(
+                section.lines().any(|l| l == format!("### {version}")),
+                "CHANGELOG.md has no entry for {name} {version}"
+            );
+        }
+    }
+}
