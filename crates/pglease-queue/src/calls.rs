@@ -44,10 +44,7 @@ fn claimed(
 ) -> Result<PartitionGrant> {
     Ok(PartitionGrant {
         partition,
-        grant: pglease::Grant {
-            epoch: get(row, at, call)?,
-            expires_at: get::<SystemTime>(row, at + 1, call)?,
-        },
+        grant: pglease::Grant::new(get(row, at, call)?, get::<SystemTime>(row, at + 1, call)?),
         left: from_micros(get(row, at + 2, call)?),
     })
 }

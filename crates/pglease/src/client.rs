@@ -459,7 +459,7 @@ impl Client {
     ///     )
     ///     .await?;
     /// if row.get::<_, bool>(0) {
-    ///     let grant = pglease::Grant { epoch: row.get(1), expires_at: row.get(2) };
+    ///     let grant = pglease::Grant::new(row.get(1), row.get(2));
     ///     let remaining = Duration::from_secs_f64(row.get::<_, f64>(3).max(0.0));
     ///     let lease = client.adopt("lease_queue:orders:0", grant, ttl, sent_at, remaining)?;
     ///     println!("partition 0 is mine at epoch {}", lease.epoch());

@@ -50,10 +50,11 @@ const WATCH_REFRESH: Duration = Duration::from_secs(15 * 60);
 /// # Examples
 ///
 /// ```
-/// let leader = pglease::Leader { owner: "node-1".into(), epoch: 7, data: Some("10.0.0.7:8080".into()) };
+/// let leader = pglease::Leader::new("node-1", 7, Some("10.0.0.7:8080".into()));
 /// assert_eq!(leader.to_string(), "node-1@7");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Leader {
     /// The leader's owner identity ([`Client::owner`]).
     pub owner: String,
@@ -65,6 +66,16 @@ pub struct Leader {
 }
 
 impl Leader {
+    /// A leader: `owner` holds the election's key at term `epoch` and advertises `data` (for
+    /// comparing with what [`Election::observe`] reports, or caching one).
+    pub fn new(owner: impl Into<String>, epoch: i64, data: Option<String>) -> Leader {
+        Leader {
+            owner: owner.into(),
+            epoch,
+            data,
+        }
+    }
+
     /// The leader of a key in `state`, if it is held.
     fn of(state: crate::results::LeaseState) -> Option<Leader> {
         let epoch = state.epoch;

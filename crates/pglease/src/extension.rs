@@ -70,7 +70,7 @@ pub const PG_LEASE: Extension = Extension {
     name: "pg_lease",
     schema: "lease",
     version: "0.8.0",
-    control: include_str!("../../../extensions/pg_lease/pg_lease.control"),
+    control: include_str!("../extensions/pg_lease/pg_lease.control"),
     requires: &[],
     lock_key: i64::from_be_bytes(*b"pg_lease"),
     scripts: &[
@@ -78,61 +78,61 @@ pub const PG_LEASE: Extension = Extension {
             from: None,
             to: "0.1.0",
             file: "pg_lease--0.1.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.1.0.sql"),
         },
         Migration {
             from: Some("0.1.0"),
             to: "0.2.0",
             file: "pg_lease--0.1.0--0.2.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.1.0--0.2.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.1.0--0.2.0.sql"),
         },
         Migration {
             from: Some("0.2.0"),
             to: "0.3.0",
             file: "pg_lease--0.2.0--0.3.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.2.0--0.3.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.2.0--0.3.0.sql"),
         },
         Migration {
             from: Some("0.3.0"),
             to: "0.4.0",
             file: "pg_lease--0.3.0--0.4.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.3.0--0.4.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.3.0--0.4.0.sql"),
         },
         Migration {
             from: Some("0.4.0"),
             to: "0.5.0",
             file: "pg_lease--0.4.0--0.5.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.4.0--0.5.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.4.0--0.5.0.sql"),
         },
         Migration {
             from: Some("0.5.0"),
             to: "0.6.0",
             file: "pg_lease--0.5.0--0.6.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.5.0--0.6.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.5.0--0.6.0.sql"),
         },
         Migration {
             from: Some("0.6.0"),
             to: "0.7.0",
             file: "pg_lease--0.6.0--0.7.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.6.0--0.7.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.6.0--0.7.0.sql"),
         },
         Migration {
             from: Some("0.7.0"),
             to: "0.7.1",
             file: "pg_lease--0.7.0--0.7.1.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.0--0.7.1.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.7.0--0.7.1.sql"),
         },
         Migration {
             from: Some("0.7.1"),
             to: "0.8.0",
             file: "pg_lease--0.7.1--0.8.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.7.1--0.8.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.7.1--0.8.0.sql"),
         },
         Migration {
             from: None,
             to: "0.8.0",
             file: "pg_lease--0.8.0.sql",
-            script: include_str!("../../../extensions/pg_lease/sql/pg_lease--0.8.0.sql"),
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.8.0.sql"),
         },
     ],
 };
@@ -143,7 +143,7 @@ pub const PG_LEASE_QUEUE: Extension = Extension {
     name: "pg_lease_queue",
     schema: "lease_queue",
     version: "0.1.1",
-    control: include_str!("../../../extensions/pg_lease_queue/pg_lease_queue.control"),
+    control: include_str!("../extensions/pg_lease_queue/pg_lease_queue.control"),
     requires: &[&PG_LEASE],
     lock_key: i64::from_be_bytes(*b"pglqueue"),
     scripts: &[
@@ -151,25 +151,21 @@ pub const PG_LEASE_QUEUE: Extension = Extension {
             from: None,
             to: "0.1.0",
             file: "pg_lease_queue--0.1.0.sql",
-            script: include_str!(
-                "../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0.sql"
-            ),
+            script: include_str!("../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0.sql"),
         },
         Migration {
             from: Some("0.1.0"),
             to: "0.1.1",
             file: "pg_lease_queue--0.1.0--0.1.1.sql",
             script: include_str!(
-                "../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0--0.1.1.sql"
+                "../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.0--0.1.1.sql"
             ),
         },
         Migration {
             from: None,
             to: "0.1.1",
             file: "pg_lease_queue--0.1.1.sql",
-            script: include_str!(
-                "../../../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.1.sql"
-            ),
+            script: include_str!("../extensions/pg_lease_queue/sql/pg_lease_queue--0.1.1.sql"),
         },
     ],
 };
@@ -315,7 +311,7 @@ mod tests {
     use super::*;
 
     /// The install script of the current version.
-    const SCRIPT: &str = include_str!("../../../extensions/pg_lease/sql/pg_lease--0.8.0.sql");
+    const SCRIPT: &str = include_str!("../extensions/pg_lease/sql/pg_lease--0.8.0.sql");
 
     pub(crate) fn transform(script: &str, extowner: &str) -> String {
         PG_LEASE.transform(script, extowner)

@@ -54,6 +54,7 @@ pub enum Via {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Installed {
     /// The installed version of the SQL API (compare with [`Extension::version`]).
     pub version: String,

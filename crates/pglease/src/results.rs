@@ -27,11 +27,20 @@ use crate::lost::LostReason;
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Grant {
     /// The fencing epoch of this grant; greater than every earlier epoch of the key.
     pub epoch: i64,
     /// Server time at which the lease lapses unless renewed.
     pub expires_at: SystemTime,
+}
+
+impl Grant {
+    /// A grant at `epoch` until `expires_at`, as a call of one's own returned it (for
+    /// [`Client::adopt`](crate::Client::adopt) of a lease granted outside the client).
+    pub fn new(epoch: i64, expires_at: SystemTime) -> Grant {
+        Grant { epoch, expires_at }
+    }
 }
 
 /// The outcome of [`renew`](crate::renew) and [`release`](crate::release), mapping one-to-one to
@@ -151,6 +160,7 @@ impl fmt::Display for Status {
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Renewal {
     /// Whether the renewal took effect, and if not, why.
     pub status: Status,
@@ -172,6 +182,7 @@ pub struct Renewal {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct LeaseState {
     /// Whether an owner holds the key now (granted and not lapsed).
     pub held: bool,
@@ -202,6 +213,7 @@ pub struct LeaseState {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct ListedLease {
     /// The key.
     pub key: String,
@@ -223,6 +235,7 @@ pub struct ListedLease {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Watched {
     /// The key's state now (a key never leased reports a free state at the epoch floor).
     pub state: LeaseState,
@@ -247,6 +260,7 @@ pub struct Watched {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Waiter {
     /// Whether an owner holds the key now. `false`: the key is free, lapsed or unknown, so acquire
     /// it now (the other fields are `None`).
@@ -278,6 +292,7 @@ pub struct Waiter {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct SlotGrant {
     /// The slot number, in `1..=max_holders`.
     pub slot: u32,
@@ -301,6 +316,7 @@ pub struct SlotGrant {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct SlotState {
     /// The slot number.
     pub slot: u32,
@@ -324,6 +340,7 @@ pub struct SlotState {
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct SlotWaiter {
     /// How many slots are held now.
     pub holders: u32,
@@ -352,6 +369,7 @@ pub struct SlotWaiter {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct KeyRenewal {
     /// The key of the pair.
     pub key: String,
@@ -416,6 +434,7 @@ mod tests {
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Configuration {
     /// The longest ttl any call may give; `None`: the API's limit of 365 days.
     pub max_ttl: Option<Duration>,

@@ -96,6 +96,7 @@ pub struct SlotMove {
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Transferred {
     /// The map slot moved.
     pub slot: u32,

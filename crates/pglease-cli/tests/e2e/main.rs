@@ -11,6 +11,7 @@ mod fleet;
 mod json;
 mod local;
 mod queue;
+mod readme;
 mod run;
 mod run_supervision;
 mod terminal;

@@ -26,10 +26,7 @@ async fn grant_elsewhere(
         )
         .await
         .unwrap();
-    let grant = pglease::Grant {
-        epoch: row.get(0),
-        expires_at: row.get(1),
-    };
+    let grant = pglease::Grant::new(row.get(0), row.get(1));
     (
         grant,
         sent_at,

@@ -35,11 +35,7 @@ impl Candidate {
             runtime.spawn(async move {
                 let client = Client::connect(&conninfo).await.unwrap();
                 let leadership = client.election(election, ttl).campaign().await.unwrap();
-                let leader = Leader {
-                    owner: leadership.owner().to_owned(),
-                    epoch: leadership.epoch(),
-                    data: None,
-                };
+                let leader = Leader::new(leadership.owner(), leadership.epoch(), None);
                 let _ = won.send((index, leader));
                 // Lead until killed.
                 let _keep = leadership;
