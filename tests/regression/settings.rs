@@ -72,13 +72,65 @@ async fn configure_sets_the_cap_and_the_quarantine_and_returns_them() {
     );
     // New grants go on as before: no quarantine without a promotion.
     grant(&app, "k", "w", "30 s").await;
-    // Off again, and no cap.
+    // Off again ('0': a NULL quarantine would keep it), and no cap.
     admin
-        .batch_execute("SELECT lease.configure(NULL)")
+        .batch_execute("SELECT lease.configure(NULL, '0')")
         .await
         .unwrap();
     assert_eq!(configuration(&app).await, (None, None, 1, true, 0));
     grant(&app, "long", "w", "300 days").await;
+}
+
+/// The audit's reproduction: `configure(max_ttl)` with one argument used to turn the failover
+/// quarantine off. An omitted (or NULL) quarantine keeps the current one; only '0' turns it off;
+/// removing the cap while a quarantine needs it is refused.
+#[tokio::test]
+async fn changing_only_the_cap_keeps_the_failover_quarantine() {
+    let (admin, app, _) = fresh("settings_keep_quarantine").await;
+    admin
+        .batch_execute("SELECT lease.configure('10 s', '20 s')")
+        .await
+        .unwrap();
+    for sql in [
+        "SELECT lease.configure('15 s')",
+        "SELECT lease.configure('12 s', NULL)",
+        "SELECT lease.configure(max_ttl => '11 s')",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+        assert_eq!(
+            configuration(&app).await.1,
+            Some(20.0),
+            "{sql} kept the quarantine"
+        );
+    }
+    // A cap the kept quarantine is shorter than, or no cap at all: refused, nothing changed.
+    let before = configuration(&app).await;
+    for (sql, violation) in [
+        (
+            "SELECT lease.configure('30 s')",
+            "failover_quarantine must be at least max_ttl",
+        ),
+        (
+            "SELECT lease.configure(NULL)",
+            "failover_quarantine needs max_ttl",
+        ),
+    ] {
+        let e = expect_error(&admin, sql).await;
+        assert_eq!(e.code, "22023", "{sql}");
+        assert!(e.detail.unwrap_or_default().contains(violation), "{sql}");
+        assert_eq!(configuration(&app).await, before, "{sql} changed nothing");
+    }
+    // Off explicitly, then the cap may go too.
+    admin
+        .batch_execute("SELECT lease.configure('11 s', '0')")
+        .await
+        .unwrap();
+    assert_eq!(configuration(&app).await.1, None);
+    admin
+        .batch_execute("SELECT lease.configure(NULL)")
+        .await
+        .unwrap();
+    assert_eq!(configuration(&app).await.0, None);
 }
 
 #[tokio::test]

@@ -6,7 +6,8 @@
 -- Changed: lease.renew, lease.renew_many, lease.release and lease.fence refuse with 42501, changing
 --          nothing, a HELD grant made by a role the session's login role is neither nor a member
 --          of; lease.acquire records the role and returns a grant to its owner only under a role
---          that may act for it (otherwise it is another holder's: not acquired).
+--          that may act for it (otherwise it is another holder's: not acquired). lease.configure
+--          keeps the failover quarantine when its argument is NULL or left out ('0' turns it off).
 -- Grants made before the upgrade have no role and keep the rule of 0.7 (the owner string and epoch
 -- suffice) until they end. Signatures and privileges of existing functions are unchanged.
 
@@ -729,6 +730,69 @@ BEGIN
         v_locked := NULL;
         RETURN NEXT;
     END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease.configure(max_ttl interval, failover_quarantine interval DEFAULT NULL)
+RETURNS lease.configuration_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_violations text[] := '{}';
+    v_timeline bigint := lease._timeline();
+    v_was interval;              -- the quarantine before this call
+    v_quarantine interval;       -- the quarantine after it
+    v_mark bigint;
+BEGIN
+    -- One configuration at a time (the row lock; a first one waits on the INSERT's key). A read:
+    -- nothing is written before the checks below pass.
+    SELECT s.failover_quarantine INTO v_was FROM lease.settings AS s FOR UPDATE;
+    v_quarantine := CASE WHEN configure.failover_quarantine IS NULL THEN v_was
+                         WHEN pg_catalog.date_part('epoch', configure.failover_quarantine) = 0 THEN NULL
+                         ELSE configure.failover_quarantine END;
+
+    IF configure.max_ttl IS NOT NULL THEN
+        v_violations := v_violations || lease._interval_violations('max_ttl', configure.max_ttl, true);
+    END IF;
+    IF pg_catalog.date_part('epoch', configure.failover_quarantine) <> 0 THEN
+        v_violations := v_violations
+            || lease._interval_violations('failover_quarantine', configure.failover_quarantine, true);
+    END IF;
+    IF v_quarantine IS NOT NULL THEN
+        IF configure.max_ttl IS NULL THEN
+            v_violations := v_violations || ('failover_quarantine needs max_ttl (a cap on every ttl)'
+                || CASE WHEN configure.failover_quarantine IS NULL
+                        THEN '; turn the quarantine off with failover_quarantine => ''0'' first' ELSE '' END);
+        ELSIF pg_catalog.date_part('epoch', v_quarantine)
+              < pg_catalog.date_part('epoch', configure.max_ttl) THEN
+            v_violations := v_violations || ('failover_quarantine must be at least max_ttl (got '
+                || v_quarantine || ' < ' || configure.max_ttl || ')');
+        END IF;
+    END IF;
+    IF pg_catalog.cardinality(v_violations) > 0 THEN
+        PERFORM lease._raise_invalid_input('lease.configure', v_violations);
+    END IF;
+
+    IF v_quarantine IS NOT NULL THEN
+        IF v_was IS NOT NULL THEN
+            -- A quarantine was on: a promotion not yet seen by an acquire starts its quarantine now.
+            PERFORM lease._quarantine_end(v_timeline, v_was, true);
+        ELSE
+            -- Turned on: the current timeline is not a promotion it has to answer for.
+            SELECT m.last_value INTO v_mark FROM lease.quarantine_mark AS m;
+            IF v_mark / 4294967296 <> v_timeline THEN
+                PERFORM pg_catalog.setval('lease.quarantine_mark'::pg_catalog.regclass,
+                                          v_timeline * 4294967296);
+            END IF;
+        END IF;
+    END IF;
+    INSERT INTO lease.settings AS s (singleton, max_ttl, failover_quarantine)
+    VALUES (true, configure.max_ttl, v_quarantine)
+    ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
+       SET max_ttl = EXCLUDED.max_ttl, failover_quarantine = EXCLUDED.failover_quarantine;
+    RETURN lease.configuration();
 END
 $$;
 

@@ -1900,9 +1900,11 @@ $$;
 --
 -- Contract: docs/SEMANTICS.md §8.4. Sets the installing role's ttl cap (NULL: none; every acquire,
 -- acquire_slot, renew and renew_many with a longer ttl gets 22023 once this commits) and the failover
--- quarantine (NULL: off): after a promotion, no new grant for that long from the first acquire on the
--- new timeline. A quarantine needs a cap and is at least as long as it. Enabling the quarantine does
--- not start one on the current timeline; changing its length moves the end of a running one. 22023 on
+-- quarantine: after a promotion, no new grant for that long from the first acquire on the new
+-- timeline. failover_quarantine NULL (or omitted) keeps the current quarantine, '0' turns it off: a
+-- call that only changes the cap never turns the quarantine off. A quarantine needs a cap and is at
+-- least as long as it (judged with the quarantine that will apply). Enabling the quarantine does not
+-- start one on the current timeline; changing its length moves the end of a running one. 22023 on
 -- invalid input, changing nothing. EXECUTE: the installing role only (it may grant it on).
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.configure(max_ttl interval, failover_quarantine interval DEFAULT NULL)
@@ -1914,30 +1916,40 @@ AS $$
 DECLARE
     v_violations text[] := '{}';
     v_timeline bigint := lease._timeline();
-    v_was interval;
+    v_was interval;              -- the quarantine before this call
+    v_quarantine interval;       -- the quarantine after it
     v_mark bigint;
 BEGIN
+    -- One configuration at a time (the row lock; a first one waits on the INSERT's key). A read:
+    -- nothing is written before the checks below pass.
+    SELECT s.failover_quarantine INTO v_was FROM lease.settings AS s FOR UPDATE;
+    v_quarantine := CASE WHEN configure.failover_quarantine IS NULL THEN v_was
+                         WHEN pg_catalog.date_part('epoch', configure.failover_quarantine) = 0 THEN NULL
+                         ELSE configure.failover_quarantine END;
+
     IF configure.max_ttl IS NOT NULL THEN
         v_violations := v_violations || lease._interval_violations('max_ttl', configure.max_ttl, true);
     END IF;
-    IF configure.failover_quarantine IS NOT NULL THEN
+    IF pg_catalog.date_part('epoch', configure.failover_quarantine) <> 0 THEN
         v_violations := v_violations
             || lease._interval_violations('failover_quarantine', configure.failover_quarantine, true);
+    END IF;
+    IF v_quarantine IS NOT NULL THEN
         IF configure.max_ttl IS NULL THEN
-            v_violations := v_violations || 'failover_quarantine needs max_ttl (a cap on every ttl)'::text;
-        ELSIF pg_catalog.date_part('epoch', configure.failover_quarantine)
+            v_violations := v_violations || ('failover_quarantine needs max_ttl (a cap on every ttl)'
+                || CASE WHEN configure.failover_quarantine IS NULL
+                        THEN '; turn the quarantine off with failover_quarantine => ''0'' first' ELSE '' END);
+        ELSIF pg_catalog.date_part('epoch', v_quarantine)
               < pg_catalog.date_part('epoch', configure.max_ttl) THEN
             v_violations := v_violations || ('failover_quarantine must be at least max_ttl (got '
-                || configure.failover_quarantine || ' < ' || configure.max_ttl || ')');
+                || v_quarantine || ' < ' || configure.max_ttl || ')');
         END IF;
     END IF;
     IF pg_catalog.cardinality(v_violations) > 0 THEN
         PERFORM lease._raise_invalid_input('lease.configure', v_violations);
     END IF;
 
-    -- One configuration at a time (the row lock; a first one waits on the INSERT's key).
-    SELECT s.failover_quarantine INTO v_was FROM lease.settings AS s FOR UPDATE;
-    IF configure.failover_quarantine IS NOT NULL THEN
+    IF v_quarantine IS NOT NULL THEN
         IF v_was IS NOT NULL THEN
             -- A quarantine was on: a promotion not yet seen by an acquire starts its quarantine now.
             PERFORM lease._quarantine_end(v_timeline, v_was, true);
@@ -1951,7 +1963,7 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO lease.settings AS s (singleton, max_ttl, failover_quarantine)
-    VALUES (true, configure.max_ttl, configure.failover_quarantine)
+    VALUES (true, configure.max_ttl, v_quarantine)
     ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
        SET max_ttl = EXCLUDED.max_ttl, failover_quarantine = EXCLUDED.failover_quarantine;
     RETURN lease.configuration();

@@ -404,26 +404,71 @@ $$;
 
 -- lease_queue.lease_key(queue, partition) -> text: the pg_lease key through which the partition is
 -- owned: 'lease_queue:' || queue || ':' || partition. (Queue names contain no ':', so the keys of a
--- queue are exactly those listed by lease.list('lease_queue:' || queue || ':').)
+-- queue are exactly those listed by lease.list('lease_queue:' || queue || ':').) 22023 for a queue
+-- name or a partition outside §7's limits (partition 0..1023; the queue need not exist).
 CREATE FUNCTION lease_queue.lease_key(queue text, partition integer)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT 'lease_queue:' || queue || ':' || partition $$;
+AS $$
+BEGIN
+    IF (pg_catalog.octet_length(lease_key.queue) <= 128 AND lease_key.partition BETWEEN 0 AND 1023
+        AND lease_key.queue COLLATE "C" ~ '^[A-Za-z0-9_.-]+$') IS NOT TRUE
+    THEN
+        -- (The violations are named here, not by the internal helpers: no role may call those,
+        -- and this function runs as its caller.)
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'invalid input to lease_queue.lease_key',
+            DETAIL  = pg_catalog.array_to_string(pg_catalog.array_remove(ARRAY[
+                CASE WHEN lease_key.queue IS NULL THEN 'queue must not be NULL'
+                     WHEN lease_key.queue = '' THEN 'queue must not be empty'
+                     WHEN pg_catalog.octet_length(lease_key.queue) > 128
+                     THEN 'queue must be at most 128 bytes (got ' || pg_catalog.octet_length(lease_key.queue) || ')'
+                     WHEN NOT (lease_key.queue COLLATE "C" ~ '^[A-Za-z0-9_.-]+$')
+                     THEN 'queue must consist of the characters A-Z a-z 0-9 _ . -' END,
+                CASE WHEN lease_key.partition IS NULL THEN 'partition must not be NULL'
+                     WHEN lease_key.partition NOT BETWEEN 0 AND 1023
+                     THEN 'partition must be in [0, 1023] (got ' || lease_key.partition || ')' END], NULL),
+                '; ') || '.',
+            HINT    = 'See docs/QUEUE.md, "Arguments", for the limits of every argument.';
+    END IF;
+    RETURN 'lease_queue:' || lease_key.queue || ':' || lease_key.partition;
+END
+$$;
 
 -- lease_queue.partition_of(key, partitions) -> integer: the partition of a message key in a queue of
 -- `partitions` partitions: the first 8 bytes of the MD5 digest of the key's bytes (in the database
 -- encoding), read as a big-endian unsigned 64-bit integer, modulo partitions. Stable across
 -- PostgreSQL versions and platforms, and computable by any client. NULL for a NULL key (an unkeyed
--- message goes to partition id mod partitions).
+-- message goes to partition id mod partitions). 22023 for a key or a number of partitions outside
+-- §7's limits (key NULL or 1..1024 bytes; partitions 1..1024).
 CREATE FUNCTION lease_queue.partition_of(key text, partitions integer)
 RETURNS integer
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ((CASE WHEN h < 0 THEN h::numeric + 18446744073709551616 ELSE h::numeric END)
-            % partitions)::integer
-      FROM (SELECT ('x' || pg_catalog.substr(pg_catalog.md5(key), 1, 16))::bit(64)::bigint AS h) AS d
+BEGIN
+    IF (partition_of.partitions BETWEEN 1 AND 1024
+        AND pg_catalog.octet_length(COALESCE(partition_of.key, 'k')) BETWEEN 1 AND 1024) IS NOT TRUE
+    THEN
+        RAISE EXCEPTION USING                -- (named here, as in lease_key)
+            ERRCODE = '22023',
+            MESSAGE = 'invalid input to lease_queue.partition_of',
+            DETAIL  = pg_catalog.array_to_string(pg_catalog.array_remove(ARRAY[
+                CASE WHEN partition_of.key = '' THEN 'key must not be empty'
+                     WHEN pg_catalog.octet_length(partition_of.key) > 1024
+                     THEN 'key must be at most 1024 bytes (got ' || pg_catalog.octet_length(partition_of.key) || ')' END,
+                CASE WHEN partition_of.partitions IS NULL THEN 'partitions must not be NULL'
+                     WHEN partition_of.partitions NOT BETWEEN 1 AND 1024
+                     THEN 'partitions must be in [1, 1024] (got ' || partition_of.partitions || ')' END], NULL),
+                '; ') || '.',
+            HINT    = 'See docs/QUEUE.md, "Arguments", for the limits of every argument.';
+    END IF;
+    RETURN ((CASE WHEN h < 0 THEN h::numeric + 18446744073709551616 ELSE h::numeric END)
+            % partition_of.partitions)::integer
+      FROM (SELECT ('x' || pg_catalog.substr(pg_catalog.md5(partition_of.key), 1, 16))::bit(64)::bigint AS h) AS d;
+END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------

@@ -303,3 +303,72 @@ async fn infinite_intervals_are_rejected_where_the_server_has_them() {
         rejects(&f, c, &format!("SELECT * FROM lease_queue.{call}"), names).await;
     }
 }
+
+/// The audit's reproduction: `lease_key` and `partition_of` validated nothing (NULLs gave NULL, a
+/// negative partition gave a key, `partition_of(key, 0)` raised 22012). Both raise 22023 naming each
+/// violation, as §7 promises; a NULL key is still the unkeyed NULL.
+#[tokio::test]
+async fn lease_key_and_partition_of_refuse_arguments_outside_the_limits_with_22023() {
+    let f = super::Fixture::connect("lease_key_partition_of_limits").await;
+    for (sql, violations) in [
+        (
+            "SELECT lease_queue.lease_key(NULL, 0)",
+            vec!["queue must not be NULL"],
+        ),
+        (
+            "SELECT lease_queue.lease_key('q', NULL)",
+            vec!["partition must not be NULL"],
+        ),
+        (
+            "SELECT lease_queue.lease_key('q', -1)",
+            vec!["partition must be in [0, 1023]"],
+        ),
+        (
+            "SELECT lease_queue.lease_key('q', 1024)",
+            vec!["partition must be in [0, 1023]"],
+        ),
+        (
+            "SELECT lease_queue.lease_key('a:b', -1)",
+            vec!["queue must consist of", "partition must be in [0, 1023]"],
+        ),
+        (
+            "SELECT lease_queue.lease_key('', 0)",
+            vec!["queue must not be empty"],
+        ),
+        (
+            "SELECT lease_queue.partition_of('k', 0)",
+            vec!["partitions must be in [1, 1024]"],
+        ),
+        (
+            "SELECT lease_queue.partition_of('k', NULL)",
+            vec!["partitions must not be NULL"],
+        ),
+        (
+            "SELECT lease_queue.partition_of('k', 1025)",
+            vec!["partitions must be in [1, 1024]"],
+        ),
+        (
+            "SELECT lease_queue.partition_of('', -1)",
+            vec!["key must not be empty", "partitions must be in [1, 1024]"],
+        ),
+    ] {
+        let e = pglease_tests::expect_error(&f.app, sql).await;
+        assert_eq!(e.code, "22023", "{sql}");
+        let detail = e.detail.unwrap_or_default();
+        for v in violations {
+            assert!(detail.contains(v), "{sql}: {detail:?} names {v:?}");
+        }
+    }
+    let row = f
+        .app
+        .query_one(
+            "SELECT lease_queue.lease_key('q', 3), lease_queue.partition_of(NULL, 4), \
+                    lease_queue.partition_of('k', 1) = 0",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "lease_queue:q:3");
+    assert_eq!(row.get::<_, Option<i32>>(1), None);
+    assert!(row.get::<_, bool>(2));
+}

@@ -60,7 +60,8 @@ pub async fn purge<C: GenericClient>(client: &C, older_than: Duration) -> Result
 /// `max_ttl`: the longest ttl any acquire or renewal may give (`None`: no cap beyond the API's 365
 /// days); a longer one gets [`Error::is_invalid_input`] once this commits. `failover_quarantine`:
 /// after a promotion, no new grant for this long from the first acquire on the new timeline
-/// ([`Error::is_quarantined`]); `None` turns it off. A quarantine needs a cap and must be at least
+/// ([`Error::is_quarantined`]); `None` (or a zero duration) turns it off — both settings are
+/// always set, as given. A quarantine needs a cap and must be at least
 /// as long, so that every grant the old primary made has lapsed before a new one is made (with
 /// asynchronous replication, grants the standby never received). Durations are sent as whole
 /// microseconds, rounded down. By default only the installing role may call it.
@@ -90,7 +91,8 @@ pub async fn configure<C: GenericClient>(
     failover_quarantine: Option<Duration>,
 ) -> Result<Configuration> {
     let max_ttl_us = max_ttl.map(micros);
-    let quarantine_us = failover_quarantine.map(micros);
+    // SQL's NULL keeps the current quarantine and 0 turns it off: `None` here means off.
+    let quarantine_us = Some(failover_quarantine.map_or(0, micros));
     let sql = format!(
         "SELECT {CONFIGURATION_COLUMNS} FROM lease.configure($1::bigint * interval '1 microsecond', \
          $2::bigint * interval '1 microsecond') AS c"
