@@ -270,3 +270,36 @@ fn every_test_named_in_invariants_md_exists_and_every_invariant_has_one() {
         );
     }
 }
+
+/// The SQL examples of docs/QUEUE.md §9 run as written, as the installing role (against roles
+/// created for them), so a signature they name exists.
+#[tokio::test]
+async fn the_privilege_examples_of_queue_md_run_as_written() {
+    let doc = read("docs/QUEUE.md");
+    let section = doc
+        .split("## 9. Privileges")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("QUEUE.md has §9");
+    let blocks: Vec<&str> = section
+        .split("```sql\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert!(blocks.len() >= 2, "§9's examples: {blocks:?}");
+    let s = pglease_tests::server();
+    let db = s.fresh_db_with_queue("queue_md_examples");
+    s.psql(
+        "postgres",
+        "DO $$ BEGIN
+             CREATE ROLE producers; CREATE ROLE consumers; CREATE ROLE ops;
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$;",
+    );
+    let admin = s.connect_as(&db, pglease_tests::ADMIN).await;
+    for block in blocks {
+        admin
+            .batch_execute(block)
+            .await
+            .unwrap_or_else(|e| panic!("QUEUE.md §9 example failed: {block}: {e:?}"));
+    }
+}

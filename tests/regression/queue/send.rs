@@ -288,3 +288,20 @@ async fn send_is_refused_with_55000_while_session_replication_role_is_replica() 
     assert_eq!(f.snapshot().await, before);
     assert!(try_send(&f.su, &f.q, Some("k"), "after", "0").await.is_ok());
 }
+
+/// Empty arrays are a batch of nothing: no row, no message, no change (QUEUE.md §2).
+#[tokio::test]
+async fn send_batch_of_empty_arrays_sends_nothing_and_returns_no_row() {
+    let f = super::Fixture::new("send_batch_empty_arrays", 2, 10).await;
+    let before = f.snapshot().await;
+    let rows = f
+        .app
+        .query(
+            "SELECT * FROM lease_queue.send_batch($1, '{}'::text[], '{}'::jsonb[])",
+            &[&f.q],
+        )
+        .await
+        .unwrap();
+    assert!(rows.is_empty());
+    assert_eq!(f.snapshot().await, before);
+}
