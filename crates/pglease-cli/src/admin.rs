@@ -187,6 +187,7 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         Some(_) => Some(target.answer(counts(&client)).await?),
         None => None,
     };
+    let role = target.answer(role(&client)).await?;
 
     #[derive(Serialize)]
     struct Extension {
@@ -207,6 +208,7 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         /// The version this pglease speaks.
         client_version: &'static str,
         leases: Option<Counts>,
+        role: Role,
     }
     let json = Json {
         target: target.describe(),
@@ -225,6 +227,7 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         }),
         client_version: pglease::VERSION,
         leases: counts,
+        role,
     };
     if args.output.json {
         output::json(&json)?;
@@ -275,8 +278,59 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         ("pg_lease", pg_lease),
         ("pg_lease_queue", pg_lease_queue),
         ("leases", leases),
+        (
+            "role",
+            format!(
+                "{} (leases are this role's; may: {})",
+                json.role.name,
+                if json.role.may.is_empty() {
+                    "nothing here".to_owned()
+                } else {
+                    json.role.may.join(", ")
+                }
+            ),
+        ),
     ]))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The session's login role, to which its grants belong, and what it may do here.
+#[derive(Serialize)]
+struct Role {
+    name: String,
+    /// Of `leases` (USAGE on schema lease), `force-release`, `purge`, `configure`, `queues`
+    /// (USAGE on schema lease_queue), `create and drop queues`: those the role may.
+    may: Vec<String>,
+}
+
+async fn role(client: &tokio_postgres::Client) -> Result<Role, tokio_postgres::Error> {
+    // Privileges of objects that may be missing: to_reg* gives NULL, and so does the check.
+    let row = client
+        .query_one(
+            "SELECT SESSION_USER::text, pg_catalog.array_remove(ARRAY[
+                 CASE WHEN pg_catalog.has_schema_privilege(SESSION_USER,
+                               pg_catalog.to_regnamespace('lease'), 'USAGE') THEN 'leases' END,
+                 CASE WHEN pg_catalog.has_function_privilege(SESSION_USER,
+                               pg_catalog.to_regprocedure('lease.force_release(text)'), 'EXECUTE')
+                      THEN 'force-release' END,
+                 CASE WHEN pg_catalog.has_function_privilege(SESSION_USER,
+                               pg_catalog.to_regprocedure('lease.purge(interval)'), 'EXECUTE')
+                      THEN 'purge' END,
+                 CASE WHEN pg_catalog.has_function_privilege(SESSION_USER,
+                               pg_catalog.to_regprocedure('lease.configure(interval, interval)'),
+                               'EXECUTE') THEN 'configure' END,
+                 CASE WHEN pg_catalog.has_schema_privilege(SESSION_USER,
+                               pg_catalog.to_regnamespace('lease_queue'), 'USAGE') THEN 'queues' END,
+                 CASE WHEN pg_catalog.has_function_privilege(SESSION_USER, pg_catalog.to_regprocedure(
+                               'lease_queue.create_queue(text, integer, integer, boolean)'), 'EXECUTE')
+                      THEN 'create and drop queues' END], NULL)",
+            &[],
+        )
+        .await?;
+    Ok(Role {
+        name: row.try_get(0)?,
+        may: row.try_get(1)?,
+    })
 }
 
 /// What `local status` and `local start` print.

@@ -20,7 +20,8 @@ mod values;
 
 pub use admin::{ConfigureArgs, InstallArgs, StatusArgs};
 pub use leases::{
-    AcquireArgs, InspectArgs, LeaderArgs, ListArgs, PurgeArgs, ReleaseArgs, RenewArgs,
+    AcquireArgs, ForceReleaseArgs, InspectArgs, LeaderArgs, ListArgs, PurgeArgs, ReleaseArgs,
+    RenewArgs,
 };
 pub use local::{DemoArgs, LocalCommand, LocalStartArgs, LocalStatusArgs, LocalUrlArgs};
 pub use queue::{
@@ -229,6 +230,18 @@ pub enum Command {
     /// A refusal (not_owner, lapsed, epoch_mismatch) exits with 4.
     #[command(after_long_help = EXIT_CODES_HELP)]
     Release(ReleaseArgs),
+
+    /// End whatever grant of a key is held, whoever holds it: an operator's escape hatch for a
+    /// stuck holder.
+    ///
+    /// A grant belongs to the database role that acquired it: other roles cannot renew or release
+    /// it (SQLSTATE 42501), even knowing its owner and epoch. This frees the key as a release
+    /// does (its next grant gets a higher epoch; waiters are woken) and prints the epoch it ended;
+    /// the old holder's next renewal or fence is refused. A key nobody holds is left as it is.
+    /// Only the role that installed pg_lease may do this, unless it granted EXECUTE on
+    /// lease.force_release(text) to others; the server logs every use.
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    ForceRelease(ForceReleaseArgs),
 
     /// Show a key's state: its holder, epoch and expiry, or its fencing counter if not held.
     ///

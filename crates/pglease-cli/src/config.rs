@@ -107,6 +107,12 @@ impl Config {
                     explained(&target, &PG_LEASE, leases::release(args, &target)).await
                 })
             }
+            Command::ForceRelease(args) => {
+                let target = target(&args.conn)?;
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leases::force_release(args, &target)).await
+                })
+            }
             Command::Inspect(args) => {
                 let target = target(&args.conn)?;
                 until_signal(async move {

@@ -53,6 +53,22 @@ pub fn finish(result: Result<ExitCode, BoxError>) -> ExitCode {
 /// Prints `e` and its source chain once on stderr (`pglease: <error>: <source>: ...`).
 pub fn print_error(e: &(dyn std::error::Error + 'static)) {
     eprintln!("{}", chain(e));
+    if let Some(advice) = advice(e) {
+        eprintln!("pglease: {advice}");
+    }
+}
+
+/// What to do about a refusal whose message alone does not say: a lease held under another role
+/// (SQLSTATE 42501 from renew, release or fence names the role; the way out is pglease's). That
+/// refusal carries a DETAIL (whose role the session has); PostgreSQL's own 42501 for a missing
+/// privilege has none.
+fn advice(e: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let lease_error = std::iter::successors(Some(e), |e| e.source())
+        .find_map(|e| e.downcast_ref::<pglease::Error>())?;
+    (lease_error.is_other_role() && lease_error.detail().is_some()).then_some(
+        "the lease belongs to another database role: run the command as that role (or a member \
+         of it); an operator ends a stuck grant with `pglease force-release --key KEY`",
+    )
 }
 
 /// `pglease: <error>: <source>: ...`, skipping a source whose text the message already ends with.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cli::{
-    AcquireArgs, InspectArgs, ListArgs, OutputArgs, PurgeArgs, ReleaseArgs, RenewArgs,
-    semaphore_name_fits,
+    AcquireArgs, ForceReleaseArgs, InspectArgs, ListArgs, OutputArgs, PurgeArgs, ReleaseArgs,
+    RenewArgs, semaphore_name_fits,
 };
 use crate::connect::Target;
 use crate::exit::{self, BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED};
@@ -218,6 +218,34 @@ pub async fn release(args: ReleaseArgs, target: &Target) -> Result<ExitCode, Box
         eprintln!("pglease: release refused: {status}");
     }
     Ok(status_exit(status))
+}
+
+/// `pglease force-release`.
+pub async fn force_release(args: ForceReleaseArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let key = args.key.key;
+    let client = target.connect().await?;
+    let ended = target.answer(pglease::force_release(&client, &key)).await?;
+
+    #[derive(Serialize)]
+    struct Json<'a> {
+        key: &'a str,
+        /// The epoch of the grant that was ended; null when the key was not held.
+        ended_epoch: Option<i64>,
+    }
+    if args.output.json {
+        output::json(&Json {
+            key: &key,
+            ended_epoch: ended,
+        })?;
+    } else if let Some(epoch) = ended {
+        output::out(&format!(
+            "ended the grant of {key} at epoch {epoch}; the next grant gets epoch {}\n",
+            epoch + 2
+        ))?;
+    } else {
+        output::out(&format!("{key} is not held: nothing to end\n"))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `pglease inspect`.

@@ -47,6 +47,16 @@ pub fn speak(error: BoxError, queue: Option<&str>) -> BoxError {
             "{}: messages of that key are in an open batch; redrive once the batch is acked",
             server()
         ),
+        // A partition's lease under another role: pg_lease's refusal, with its DETAIL.
+        "42501" if db.and_then(|db| db.detail()).is_some() => format!(
+            "{}: {}; the partition is claimed under another database role: consume it as that \
+             role (or a member of it)",
+            server(),
+            db.and_then(|db| db.detail())
+                .unwrap_or_default()
+                .trim_end_matches('.')
+        ),
+        // PostgreSQL's missing privilege: an operator's function.
         "42501" => format!(
             "{}: only the role that installed pg_lease_queue may do this, unless it granted \
              EXECUTE on the function to others (docs/QUEUE.md)",

@@ -162,9 +162,9 @@ mod slot_move;
 pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    MAX_DURATION, acquire, acquire_slot, configuration, configure, fence, high_water, inspect,
-    list, list_slots, purge, raise_min_epoch, register_slot_waiter, register_waiter, release,
-    renew, renew_many, slot_key, watch,
+    MAX_DURATION, acquire, acquire_slot, configuration, configure, fence, force_release,
+    high_water, inspect, list, list_slots, purge, raise_min_epoch, register_slot_waiter,
+    register_waiter, release, renew, renew_many, slot_key, watch,
 };
 pub use client::Client;
 pub use confirmed::{ConfirmedConnect, drive_connection};

@@ -1,5 +1,5 @@
 //! The command line of the commands that operate leases by hand: `acquire`, `renew`, `release`,
-//! `inspect`, `list`, `purge`, and `leader` (who holds an election's key).
+//! `force-release`, `inspect`, `list`, `purge`, and `leader` (who holds an election's key).
 
 use std::time::Duration;
 
@@ -94,6 +94,17 @@ pub struct ListArgs {
     /// Only keys starting with this prefix (byte for byte).
     #[arg(value_name = "PREFIX", value_parser = parse_prefix)]
     pub prefix: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease force-release`.
+#[derive(Debug, Args)]
+pub struct ForceReleaseArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]

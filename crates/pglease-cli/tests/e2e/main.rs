@@ -12,6 +12,7 @@ mod json;
 mod local;
 mod queue;
 mod readme;
+mod roles;
 mod run;
 mod run_supervision;
 mod terminal;

@@ -1,5 +1,6 @@
-//! Calls on the server-wide state: purging ended leases, the settings (`configure`,
-//! `configuration`), and the epochs' high-water mark and floor.
+//! Calls on the server-wide state: purging ended leases, an operator's end of a grant
+//! (`force_release`), the settings (`configure`, `configuration`), and the epochs' high-water mark
+//! and floor.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::rows;
 use crate::trace;
 
 const PURGE: &str = "SELECT lease.purge($1::bigint * interval '1 microsecond')";
+const FORCE_RELEASE: &str = "SELECT lease.force_release($1)";
 const HIGH_WATER: &str = "SELECT lease.high_water()";
 const RAISE_MIN_EPOCH: &str = "SELECT lease.raise_min_epoch($1)";
 /// The columns of lease.configuration_result, durations in whole microseconds.
@@ -52,6 +54,46 @@ pub async fn purge<C: GenericClient>(client: &C, older_than: Duration) -> Result
     let purged = rows::count(&one_row(rows, "lease.purge")?, "lease.purge")?;
     tracing::info!(target: trace::CALL, purged, older_than = ?older_than, "keys purged");
     Ok(purged)
+}
+
+/// An operator's end of whatever grant of `key` is held, whoever made it (a stuck holder, an
+/// application gone for good): the key is freed as by a release — its next grant gets a higher
+/// epoch, waiters are woken — and the ended grant's epoch is returned; `None` when the key was not
+/// held (nothing changed). The ended holder's next renewal or fence is refused, so its
+/// [`crate::Lease`] reports the loss. Written to the server log with the calling role.
+///
+/// A grant belongs to the login role that made it: other roles cannot renew, release or fence it
+/// ([`Error::is_other_role`]); this is the escape hatch. By default only the role that installed
+/// pg_lease may call it (`GRANT EXECUTE ON FUNCTION lease.force_release(text)` to operators).
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): an empty or over-long key.
+/// - SQLSTATE `42501` for a role without the privilege; any other server error,
+///   [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// match pglease::force_release(client, "billing-leader").await? {
+///     Some(epoch) => println!("ended the grant at epoch {epoch}"),
+///     None => println!("nobody held it"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn force_release<C: GenericClient>(client: &C, key: &str) -> Result<Option<i64>> {
+    let rows = client
+        .query_typed(FORCE_RELEASE, &[(&key, Type::TEXT)])
+        .await?;
+    let ended: Option<i64> = get(
+        &one_row(rows, "lease.force_release")?,
+        0,
+        "lease.force_release",
+    )?;
+    tracing::warn!(target: trace::CALL, key, ended_epoch = ?ended, "lease force-released");
+    Ok(ended)
 }
 
 /// Sets the installing role's ttl cap and failover quarantine (`lease.configure`; docs/SEMANTICS.md

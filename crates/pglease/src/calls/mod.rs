@@ -62,7 +62,7 @@ mod keys;
 mod semaphores;
 mod waiting;
 
-pub use admin::{configuration, configure, high_water, purge, raise_min_epoch};
+pub use admin::{configuration, configure, force_release, high_water, purge, raise_min_epoch};
 pub(crate) use keys::{RELEASE, RENEW_MANY};
 pub use keys::{acquire, fence, inspect, list, release, renew, renew_many};
 pub(crate) use semaphores::ACQUIRE_SLOT;
