@@ -171,3 +171,73 @@ async fn claim_any_skips_a_partition_being_claimed_in_an_open_transaction_withou
     let (held, owner, _, _) = inspect(&f.app, &f.lease_key(0)).await.unwrap();
     assert_eq!((held, owner.as_deref()), (true, Some("slow")));
 }
+
+/// The audit's question, decided (QUEUE.md "claim"): a repeated claim by the holder returns its
+/// grant unchanged, and records the new ttl, with which the next receive renews.
+#[tokio::test]
+async fn a_repeated_claim_keeps_the_expiry_and_the_next_receive_renews_with_its_ttl() {
+    let f = super::Fixture::new("repeated_claim_records_its_ttl", 1, 10).await;
+    f.send(Some("k"), "m1").await;
+    let first = super::claim(&f.app, &f.q, 0, "c", "1 hour").await;
+    let again = super::claim(&f.app, &f.q, 0, "c", "3 hours").await;
+    assert_eq!(
+        (again.claimed, again.epoch, again.expires_at),
+        (true, first.epoch, first.expires_at),
+        "the grant is returned unchanged"
+    );
+    f.receive(0, "c", first.epoch.unwrap(), 10).await;
+    let renewed: std::time::SystemTime = f
+        .app
+        .query_one(
+            "SELECT expires_at FROM lease.inspect(lease_queue.lease_key($1, 0))",
+            &[&f.q],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let first_expiry = first.expires_at.unwrap();
+    assert!(
+        renewed > first_expiry + std::time::Duration::from_secs(3600),
+        "receive renewed with the recorded 3 hours: {renewed:?} vs {first_expiry:?}"
+    );
+}
+
+/// The audit's question, decided (QUEUE.md "claim"): a ttl cap lowered below a consumer's recorded
+/// ttl refuses its next receive with 22023 naming the cap, and changes nothing; a claim within the
+/// cap works again. (The cap is the database's: this test has a database of its own.)
+#[tokio::test]
+async fn a_cap_lowered_below_the_claimed_ttl_refuses_the_next_receive_until_a_claim_within_it() {
+    let s = pglease_tests::server();
+    let db = s.fresh_db_with_queue("queue_cap_lowered");
+    let admin = s.connect_as(&db, pglease_tests::ADMIN).await;
+    let app = s.connect_as(&db, pglease_tests::APP).await;
+    super::create_queue(&admin, "capped", 1, 10).await;
+    super::send(&app, "capped", Some("k"), "m1", "0").await;
+    let claimed = super::claim(&app, "capped", 0, "c", "1 hour").await;
+    let epoch = claimed.epoch.unwrap();
+    admin
+        .batch_execute("SELECT lease.configure('10 minutes')")
+        .await
+        .unwrap();
+    let su = s.connect_super(&db).await;
+    let before = super::snapshot(&su, "capped").await;
+    let e = super::try_receive(&app, "capped", 0, "c", epoch, 10)
+        .await
+        .expect_err("receive above the cap");
+    assert_eq!(e.code, "22023");
+    assert!(
+        e.detail.unwrap_or_default().contains("max_ttl"),
+        "the DETAIL names the cap"
+    );
+    assert_eq!(
+        super::snapshot(&su, "capped").await,
+        before,
+        "nothing changed"
+    );
+    super::try_release(&app, "capped", 0, "c", epoch, false)
+        .await
+        .expect("release is not refused by the cap");
+    let within = super::claim(&app, "capped", 0, "c", "5 minutes").await;
+    let batch = super::receive(&app, "capped", 0, "c", within.epoch.unwrap(), 10).await;
+    assert_eq!(batch.len(), 1);
+}
