@@ -528,6 +528,7 @@ pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
     assert_eq!(err.code, "22023");
     exercise_0_6_0_api(app, p).await;
     exercise_0_7_0_api(app, admin, p, e).await;
+    exercise_0_8_0_api(app, admin, p).await;
     let version: String = app
         .query_one("SELECT lease.version()", &[])
         .await
@@ -614,9 +615,42 @@ async fn exercise_0_7_0_api(app: &Client, admin: &Client, p: &str, e: i64) {
         "high water {high}: a shadow table was read"
     );
     admin
-        .batch_execute("SELECT lease.configure(NULL::pg_catalog.interval)")
+        .batch_execute(
+            "SELECT lease.configure(NULL::pg_catalog.interval, '0'::pg_catalog.text::interval)",
+        )
         .await
         .unwrap();
+}
+
+/// The call 0.8.0 added (an operator's end of another role's grant), with the results a correct
+/// implementation gives.
+async fn exercise_0_8_0_api(app: &Client, admin: &Client, p: &str) {
+    let k = format!("{p}forced");
+    let epoch: i64 = app
+        .query_one(
+            "SELECT epoch FROM lease.acquire($1::pg_catalog.text, 'o1'::pg_catalog.text, '1 hour'::pg_catalog.text::interval)",
+            &[&k],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for want in [Some(epoch), None] {
+        let ended: Option<i64> = admin
+            .query_one("SELECT lease.force_release($1::pg_catalog.text)", &[&k])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(ended, want);
+    }
+    let status: String = app
+        .query_one(
+            "SELECT status FROM lease.renew($1::pg_catalog.text, 'o1'::pg_catalog.text, $2::pg_catalog.int8, '1 hour'::pg_catalog.text::interval)",
+            &[&k, &epoch],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "not_owner");
 }
 
 /// The calls 0.6.0 added (lease data, renew_many, watch, semaphores), with the results a correct
