@@ -369,6 +369,8 @@ async fn queue_histories_lose_nothing_apply_effects_once_fence_zombies_and_keep_
     admin
         .batch_execute(&format!(
             "SELECT lease_queue.create_queue('{QUEUE}', {PARTITIONS}, {MAX_ATTEMPTS});
+             SELECT lease_queue.grant_queue('{QUEUE}', '{APP}', 'produce'),
+                    lease_queue.grant_queue('{QUEUE}', '{APP}', 'consume');
              CREATE TABLE effects (id bigint NOT NULL, key text NOT NULL, partition int NOT NULL,
                                    epoch bigint NOT NULL, xid bigint NOT NULL DEFAULT txid_current(),
                                    seq bigserial);

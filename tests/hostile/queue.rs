@@ -672,6 +672,20 @@ pub(crate) async fn exercise_queue_api(app: &Client, admin: &Client, p: &str) {
         .await
         .unwrap();
     assert_eq!(code_of(admin, create, &[&"", &0i32, &0i32]).await, "22023");
+    // A new queue is its creator's: the application role is granted both (under the same hostile
+    // settings).
+    for q in [&qa, &qb] {
+        for privilege in ["produce", "consume"] {
+            admin
+                .query(
+                    "SELECT lease_queue.grant_queue($1::pg_catalog.text, 'app'::pg_catalog.text, \
+                     $2::pg_catalog.text)",
+                    &[q, &privilege],
+                )
+                .await
+                .unwrap();
+        }
+    }
     assert_eq!(
         code_of(app, create, &[&nosuch, &1i32, &1i32]).await,
         "42501"
@@ -1450,7 +1464,11 @@ impl QueueDb {
         let name = s.fresh_db_with_queue(label);
         let admin = s.connect_as(&name, ADMIN).await;
         admin
-            .batch_execute("SELECT lease_queue.create_queue('q', 1)")
+            .batch_execute(
+                "SELECT lease_queue.create_queue('q', 1); \
+                 SELECT lease_queue.grant_queue('q', 'public', 'produce'), \
+                        lease_queue.grant_queue('q', 'public', 'consume')",
+            )
             .await
             .unwrap();
         let consumer = s.connect_as(&name, APP).await;
@@ -1698,7 +1716,11 @@ async fn redrive_of_a_key_puts_its_dead_letters_back_at_the_head_of_the_key() {
     let admin = s.connect_as(&name, ADMIN).await;
     let app = s.connect_as(&name, APP).await;
     admin
-        .batch_execute("SELECT lease_queue.create_queue('q', 1, 1)")
+        .batch_execute(
+            "SELECT lease_queue.create_queue('q', 1, 1); \
+             SELECT lease_queue.grant_queue('q', 'public', 'produce'), \
+                    lease_queue.grant_queue('q', 'public', 'consume')",
+        )
         .await
         .unwrap();
     let m1 = send(&app, "q", Some("K"), "1", "0").await;

@@ -63,7 +63,7 @@ async fn the_script_installer_gives_the_queue_and_pg_lease_the_api_of_create_ext
         .into_iter()
         .filter(|l| l.starts_with("dumped "))
         .collect();
-    assert_eq!(dumped.len(), 9, "{dumped:?}");
+    assert_eq!(dumped.len(), 10, "{dumped:?}");
 
     // A second install is a no-op, on either path.
     let again = pglease::PG_LEASE_QUEUE.install(&mut admin).await.unwrap();
@@ -83,7 +83,11 @@ async fn a_script_installed_queue_works_for_an_ordinary_role() {
     let mut admin = s.connect_as(&db, ADMIN).await;
     pglease::PG_LEASE_QUEUE.install(&mut admin).await.unwrap();
     admin
-        .batch_execute("SELECT lease_queue.create_queue('jobs', 2)")
+        .batch_execute(
+            "SELECT lease_queue.create_queue('jobs', 2); \
+             SELECT lease_queue.grant_queue('jobs', 'app', 'produce'), \
+                    lease_queue.grant_queue('jobs', 'app', 'consume')",
+        )
         .await
         .unwrap();
     let app = s.connect_as(&db, APP).await;
@@ -124,6 +128,7 @@ async fn make_queue_state(db: &str) {
     admin
         .batch_execute(
             "SELECT lease_queue.create_queue('orders', 2, 1);
+             SELECT lease_queue.grant_queue('orders', 'public', 'consume');
              SELECT lease_queue.send('orders', 'a', '1');
              SELECT lease_queue.send('orders', 'a', '2');
              SELECT lease_queue.send('orders', 'a', '3');

@@ -260,6 +260,13 @@ pub const QUEUE: &[(&str, &str, &str)] = &[
          changed",
     ),
     (
+        OTHER_ROLE,
+        "insufficient_privilege",
+        "lease_queue's producing or consuming calls: the session's login role (a role it is a \
+         member of, or PUBLIC) was not granted produce or consume on the queue, or the partition's \
+         lease is held under another role; nothing changed",
+    ),
+    (
         QUEUE_EXISTS,
         "duplicate_object",
         "create_queue: a queue of that name exists",

@@ -267,6 +267,25 @@ GRANT SELECT, INSERT ON TABLE lease_queue.queues, lease_queue.partitions, lease_
 GRANT SELECT, UPDATE ON SEQUENCE lease_queue.queue_ids, lease_queue.message_ids, lease_queue.batch_ids,
                                  lease_queue.positions TO @extowner@;
 
+-- Who may use a queue (docs/QUEUE.md §9): one row per queue, privilege and grantee, the grantee a
+-- role name or 'public' (every role). produce: send, send_batch; consume: claim, claim_any, receive,
+-- ack, nack, release, next_due, list_dead_letters, and the holders and batches in status(). A queue's
+-- grants go with it (drop_queue).
+CREATE TABLE lease_queue.grants (
+    qid       bigint NOT NULL,
+    privilege text COLLATE "C" NOT NULL,
+    grantee   text COLLATE "C" NOT NULL,
+    CONSTRAINT grants_pkey PRIMARY KEY (qid, privilege, grantee),
+    CONSTRAINT grants_privilege_check CHECK (privilege IN ('produce', 'consume')),
+    CONSTRAINT grants_qid_fkey FOREIGN KEY (qid) REFERENCES lease_queue.queues (qid) ON DELETE CASCADE
+);
+COMMENT ON TABLE lease_queue.grants IS
+    'pg_lease_queue: who may produce to and consume each queue; change with lease_queue.grant_queue and revoke_queue';
+-- pglease:extension-only
+SELECT pg_catalog.pg_extension_config_dump('lease_queue.grants', '');
+REVOKE ALL ON TABLE lease_queue.grants FROM PUBLIC;
+GRANT SELECT, INSERT ON TABLE lease_queue.grants TO @extowner@;
+
 -- ---------------------------------------------------------------------------------------------------
 -- Result types (named row types: PostgreSQL caches their descriptors)
 -- ---------------------------------------------------------------------------------------------------
@@ -495,9 +514,75 @@ BEGIN
 END
 $$;
 
+-- Whether the session may use queue `qid` for `privilege` (produce, consume): a grant to PUBLIC, to
+-- the session's login role or to a role it is a member of; a superuser may everything, as everywhere
+-- in PostgreSQL. The calls test the first two in the statement that reads the queue, and this only
+-- when those found nothing.
+CREATE FUNCTION lease_queue._may(qid bigint, privilege text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT FROM lease_queue.grants AS g
+                    WHERE g.qid = _may.qid AND g.privilege = _may.privilege
+                      AND (g.grantee = 'public' OR g.grantee = SESSION_USER
+                           OR pg_catalog.pg_has_role(SESSION_USER,
+                                  (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = g.grantee),
+                                  'MEMBER')))
+        OR COALESCE((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = SESSION_USER), false)
+$$;
+
+-- Raise 42501: the session's role may not use `queue` for `privilege`. Never returns.
+CREATE FUNCTION lease_queue._raise_not_granted(fn text, queue text, privilege text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = '42501',
+        MESSAGE = fn || ': role ' || pg_catalog.quote_ident(SESSION_USER) || ' may not ' || privilege
+                  || ' queue ' || pg_catalog.quote_literal(queue),
+        DETAIL  = 'Neither the role nor a role it is a member of (nor PUBLIC) was granted ' || privilege
+                  || ' on the queue.',
+        HINT    = 'The installing role grants it: lease_queue.grant_queue(queue, role, '
+                  || pg_catalog.quote_literal(privilege) || ').';
+END
+$$;
+
+-- The queue named `queue` (LQ001 if none), as lease_queue._queue, and 42501 unless the session may
+-- use it for `privilege`.
+CREATE FUNCTION lease_queue._queue_for(fn text, queue text, privilege text,
+    OUT qid bigint, OUT partitions integer, OUT max_attempts integer, OUT notify boolean)
+RETURNS record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_may boolean;
+BEGIN
+    SELECT q.qid, q.partitions, q.max_attempts, q.notify,
+           EXISTS (SELECT FROM lease_queue.grants AS g
+                    WHERE g.qid = q.qid AND g.privilege = _queue_for.privilege
+                      AND (g.grantee = 'public' OR g.grantee = SESSION_USER))
+      INTO qid, partitions, max_attempts, notify, v_may
+      FROM lease_queue.queues AS q
+     WHERE q.name = _queue_for.queue;
+    IF NOT FOUND THEN
+        PERFORM lease_queue._queue(fn, queue);           -- LQ001
+    END IF;
+    IF NOT v_may THEN
+        IF NOT lease_queue._may(qid, privilege) THEN
+            PERFORM lease_queue._raise_not_granted(fn, queue, privilege);
+        END IF;
+    END IF;
+END
+$$;
+
 -- The partition row of (qid, partition), locked FOR NO KEY UPDATE. Raises 22023 if the partition is
--- out of range for the queue, LQ001 if the row is gone (the queue was dropped meanwhile).
-CREATE FUNCTION lease_queue._lock_partition(fn text, queue text, partition integer)
+-- out of range for the queue, LQ001 if the row is gone (the queue was dropped meanwhile).; with a
+-- `privilege`, 42501 unless the session may use the queue for it (lease_queue._queue_for).
+CREATE FUNCTION lease_queue._lock_partition(fn text, queue text, partition integer, privilege text)
 RETURNS lease_queue.partitions
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -506,7 +591,11 @@ DECLARE
     q record;
     p lease_queue.partitions;
 BEGIN
-    q := lease_queue._queue(fn, queue);
+    IF privilege IS NULL THEN
+        q := lease_queue._queue(fn, queue);
+    ELSE
+        q := lease_queue._queue_for(fn, queue, privilege);
+    END IF;
     IF partition >= q.partitions THEN
         PERFORM lease_queue._raise_invalid_input(fn, ARRAY['partition must be in [0, ' || q.partitions
             || ') for queue ' || pg_catalog.quote_literal(queue) || ' (got ' || partition || ')']);
@@ -673,7 +762,8 @@ CREATE CONSTRAINT TRIGGER commit_order
 -- Creates a queue of `partitions` partitions (1..1024, fixed for the queue's life); a message is
 -- delivered at most max_attempts times (1..10000) before it is dead-lettered. With notify, sending
 -- to it notifies channel `lease_queue` (see send). 42710 if a queue of that name exists; 22023 on
--- invalid input. The installing role's (grantable).
+-- invalid input. The new queue is its creator's: the session's login role may produce to and
+-- consume it, nobody else until lease_queue.grant_queue. The installing role's (grantable).
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease_queue.create_queue(
     queue text, partitions integer, max_attempts integer DEFAULT 10, notify boolean DEFAULT true)
@@ -710,6 +800,75 @@ BEGIN
     END IF;
     INSERT INTO lease_queue.partitions (qid, partition)
     SELECT v_qid, p FROM pg_catalog.generate_series(0, create_queue.partitions - 1) AS p;
+    -- A new queue is its creator's: nobody else may use it until granted (lease_queue.grant_queue).
+    INSERT INTO lease_queue.grants (qid, privilege, grantee)
+    VALUES (v_qid, 'produce', SESSION_USER), (v_qid, 'consume', SESSION_USER);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.grant_queue(queue, role, privilege) and lease_queue.revoke_queue(queue, role, privilege)
+--
+-- Let `role` (a role name, or 'public' for every role) use `queue` for `privilege`: 'produce'
+-- (send, send_batch) or 'consume' (claim, claim_any, receive, ack, nack, release, next_due,
+-- list_dead_letters, and the holders and batches in status()); or take that back. Membership counts:
+-- a grant to a role is a grant to its members. Granting what is granted, or revoking what is not,
+-- changes nothing. A revoke does not end a partition lease already held: the consumer's next
+-- consuming call is refused (42501). LQ001 if there is no such queue; 22023 for an unknown role or
+-- privilege. The installing role's (grantable: the admin right).
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease_queue._check_grant_args(fn text, queue text, role text, privilege text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_violations text[] := lease_queue._name_violations('queue', queue);
+BEGIN
+    IF role IS NULL THEN
+        v_violations := v_violations || 'role must not be NULL'::text;
+    ELSIF role <> 'public' AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = role) THEN
+        v_violations := v_violations || ('role must be an existing role or public (got '
+                                         || pg_catalog.quote_literal(role) || ')');
+    END IF;
+    IF privilege IS NULL OR privilege NOT IN ('produce', 'consume') THEN
+        v_violations := v_violations || ('privilege must be produce or consume (got '
+                                         || COALESCE(pg_catalog.quote_literal(privilege), 'NULL') || ')');
+    END IF;
+    IF pg_catalog.cardinality(v_violations) > 0 THEN
+        PERFORM lease_queue._raise_invalid_input(fn, v_violations);
+    END IF;
+    RETURN (lease_queue._queue(fn, queue)).qid;
+END
+$$;
+
+CREATE FUNCTION lease_queue.grant_queue(queue text, role text, privilege text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO lease_queue.grants (qid, privilege, grantee)
+    VALUES (lease_queue._check_grant_args('lease_queue.grant_queue', grant_queue.queue, grant_queue.role,
+                                          grant_queue.privilege),
+            grant_queue.privilege, grant_queue.role)
+    ON CONFLICT ON CONSTRAINT grants_pkey DO NOTHING;
+END
+$$;
+
+CREATE FUNCTION lease_queue.revoke_queue(queue text, role text, privilege text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_qid bigint := lease_queue._check_grant_args('lease_queue.revoke_queue', revoke_queue.queue,
+                                                  revoke_queue.role, revoke_queue.privilege);
+BEGIN
+    DELETE FROM lease_queue.grants AS g
+     WHERE g.qid = v_qid AND g.privilege = revoke_queue.privilege AND g.grantee = revoke_queue.role;
 END
 $$;
 
@@ -815,6 +974,7 @@ DECLARE
     v_id bigint;
     v_partition integer;
     v_now timestamptz;
+    v_may boolean;               -- PUBLIC or the session's role may produce
 BEGIN
     IF (lease_queue._valid_name(send.queue)
         AND (send.key IS NULL OR pg_catalog.octet_length(send.key) BETWEEN 1 AND 1024)
@@ -834,12 +994,23 @@ BEGIN
             HINT    = 'The commit order of messages is recorded by a trigger; send with origin.';
     END IF;
 
-    SELECT q.qid, q.partitions, q.notify INTO v_qid, v_partitions, v_notify
+    -- The queue, and whether PUBLIC or the session's role may produce to it (members and superusers:
+    -- lease_queue._may, only when not).
+    SELECT q.qid, q.partitions, q.notify,
+           EXISTS (SELECT FROM lease_queue.grants AS g
+                    WHERE g.qid = q.qid AND g.privilege = 'produce'
+                      AND (g.grantee = 'public' OR g.grantee = SESSION_USER))
+      INTO v_qid, v_partitions, v_notify, v_may
       FROM lease_queue.queues AS q
      WHERE q.name = send.queue
        FOR KEY SHARE;
     IF NOT FOUND THEN
         PERFORM lease_queue._queue('lease_queue.send', send.queue);
+    END IF;
+    IF NOT v_may THEN
+        IF NOT lease_queue._may(v_qid, 'produce') THEN
+            PERFORM lease_queue._raise_not_granted('lease_queue.send', send.queue, 'produce');
+        END IF;
     END IF;
 
     v_id := pg_catalog.nextval('lease_queue.message_ids');
@@ -882,6 +1053,7 @@ DECLARE
     v_bad text[];
     v_ids bigint[];
     v_parts integer[];
+    v_may boolean;
 BEGIN
     IF (lease_queue._valid_name(send_batch.queue)
         AND pg_catalog.array_ndims(send_batch.keys) IS NOT DISTINCT FROM pg_catalog.array_ndims(send_batch.payloads)
@@ -927,12 +1099,21 @@ BEGIN
             HINT    = 'The commit order of messages is recorded by a trigger; send with origin.';
     END IF;
 
-    SELECT q.qid, q.partitions, q.notify INTO v_qid, v_partitions, v_notify
+    SELECT q.qid, q.partitions, q.notify,                   -- as in send
+           EXISTS (SELECT FROM lease_queue.grants AS g
+                    WHERE g.qid = q.qid AND g.privilege = 'produce'
+                      AND (g.grantee = 'public' OR g.grantee = SESSION_USER))
+      INTO v_qid, v_partitions, v_notify, v_may
       FROM lease_queue.queues AS q
      WHERE q.name = send_batch.queue
        FOR KEY SHARE;
     IF NOT FOUND THEN
         PERFORM lease_queue._queue('lease_queue.send_batch', send_batch.queue);
+    END IF;
+    IF NOT v_may THEN
+        IF NOT lease_queue._may(v_qid, 'produce') THEN
+            PERFORM lease_queue._raise_not_granted('lease_queue.send_batch', send_batch.queue, 'produce');
+        END IF;
     END IF;
 
     v_now := pg_catalog.clock_timestamp();
@@ -994,7 +1175,7 @@ BEGIN
         PERFORM lease_queue._check_partition_args('lease_queue.claim', claim.queue, claim.partition,
             claim.owner, 0::bigint, lease_queue._interval_violations('ttl', claim.ttl, true));
     END IF;
-    p := lease_queue._lock_partition('lease_queue.claim', claim.queue, claim.partition);
+    p := lease_queue._lock_partition('lease_queue.claim', claim.queue, claim.partition, 'consume');
 
     SELECT a.acquired, a.epoch, a.expires_at INTO r.claimed, r.epoch, r.expires_at
       FROM lease.acquire(lease_queue.lease_key(claim.queue, claim.partition), claim.owner, claim.ttl) AS a;
@@ -1036,7 +1217,7 @@ BEGIN
             || lease_queue._text_violations('owner', claim_any.owner, false, 1024)
             || lease_queue._interval_violations('ttl', claim_any.ttl, true));
     END IF;
-    q := lease_queue._queue('lease_queue.claim_any', claim_any.queue);
+    q := lease_queue._queue_for('lease_queue.claim_any', claim_any.queue, 'consume');
     v_start := lease_queue.partition_of(claim_any.owner, q.partitions);
     r.claimed := false;
 
@@ -1122,7 +1303,7 @@ BEGIN
         PERFORM lease_queue._check_partition_args('lease_queue.receive', receive.queue, receive.partition,
             receive.owner, receive.epoch, lease_queue._int_violations('max', receive.max, 1, 10000));
     END IF;
-    p := lease_queue._lock_partition('lease_queue.receive', receive.queue, receive.partition);
+    p := lease_queue._lock_partition('lease_queue.receive', receive.queue, receive.partition, 'consume');
     q := lease_queue._queue('lease_queue.receive', receive.queue);
     v_key := lease_queue.lease_key(receive.queue, receive.partition);
 
@@ -1304,7 +1485,7 @@ BEGIN
             ack.owner, ack.epoch,
             CASE WHEN ack.batch_id IS NULL THEN ARRAY['batch_id must not be NULL'] ELSE '{}' END);
     END IF;
-    p := lease_queue._lock_partition('lease_queue.ack', ack.queue, ack.partition);
+    p := lease_queue._lock_partition('lease_queue.ack', ack.queue, ack.partition, 'consume');
     PERFORM lease.fence(lease_queue.lease_key(ack.queue, ack.partition), ack.owner, ack.epoch);
 
     IF p.batch_id IS DISTINCT FROM ack.batch_id OR p.batch_epoch IS DISTINCT FROM ack.epoch THEN
@@ -1373,7 +1554,7 @@ BEGIN
                     THEN ARRAY['reason must be at most 8192 bytes (got '
                                || pg_catalog.octet_length(nack.reason) || ')'] ELSE '{}' END);
     END IF;
-    p := lease_queue._lock_partition('lease_queue.nack', nack.queue, nack.partition);
+    p := lease_queue._lock_partition('lease_queue.nack', nack.queue, nack.partition, 'consume');
     q := lease_queue._queue('lease_queue.nack', nack.queue);
     PERFORM lease.fence(lease_queue.lease_key(nack.queue, nack.partition), nack.owner, nack.epoch);
 
@@ -1455,7 +1636,7 @@ BEGIN
             release.owner, release.epoch,
             CASE WHEN release.force IS NULL THEN ARRAY['force must not be NULL'] ELSE '{}' END);
     END IF;
-    p := lease_queue._lock_partition('lease_queue.release', release.queue, release.partition);
+    p := lease_queue._lock_partition('lease_queue.release', release.queue, release.partition, 'consume');
     v_key := lease_queue.lease_key(release.queue, release.partition);
     PERFORM lease.fence(v_key, release.owner, release.epoch);
 
@@ -1540,7 +1721,7 @@ BEGIN
     END IF;
 
     v_partition := lease_queue.partition_of(redrive.key, q.partitions);
-    PERFORM lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition);
+    PERFORM lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition, NULL);
     INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
     VALUES (q.qid, v_key, v_partition, v_now)
     ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
@@ -1633,7 +1814,7 @@ BEGIN
             lease_queue._name_violations('queue', list_dead_letters.queue)
             || lease_queue._int_violations('max', list_dead_letters.max, 1, 10000));
     END IF;
-    q := lease_queue._queue('lease_queue.list_dead_letters', list_dead_letters.queue);
+    q := lease_queue._queue_for('lease_queue.list_dead_letters', list_dead_letters.queue, 'consume');
     RETURN QUERY
         SELECT d.id, d.partition, d.key::text, d.payload, d.attempts, d.reason, d.epoch, d.batch_id,
                d.enqueued_at, d.dead_at
@@ -1667,7 +1848,7 @@ BEGIN
             lease_queue._name_violations('queue', next_due.queue)
             || lease_queue._int_violations('partition', next_due.partition, 0, 1023));
     END IF;
-    q := lease_queue._queue('lease_queue.next_due', next_due.queue);
+    q := lease_queue._queue_for('lease_queue.next_due', next_due.queue, 'consume');
     IF next_due.partition >= q.partitions THEN
         PERFORM lease_queue._raise_invalid_input('lease_queue.next_due', ARRAY['partition must be in [0, '
             || q.partitions || ') for queue ' || pg_catalog.quote_literal(next_due.queue)
@@ -1706,7 +1887,9 @@ $$;
 -- key's fencing counter when not held; NULL if never claimed) and expiry, the open batch (id, epoch
 -- it was issued at, size, opened at), the backlog (messages not in the open batch), when the oldest
 -- pending message was enqueued, the keys held back by a failed message awaiting its retry, and the
--- partition's dead letters. Costs a scan of the partition's messages: for operators.
+-- partition's dead letters. The holder, epoch, expiry and the batch's id and epoch only for a role
+-- that may consume the queue (NULL for others, who see the counts). Costs a scan of the partition's
+-- messages: for operators.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease_queue.status(queue text DEFAULT NULL)
 RETURNS TABLE (queue_name text, partition integer, owner text, epoch bigint, expires_at timestamptz,
@@ -1726,8 +1909,11 @@ BEGIN
         PERFORM lease_queue._queue('lease_queue.status', status.queue);
     END IF;
     RETURN QUERY
-        SELECT q.name::text, p.partition, l.owner, l.epoch, l.expires_at,
-               p.batch_id, p.batch_epoch,
+        SELECT q.name::text, p.partition,
+               -- Who holds the partition and its open batch: for roles that may consume the queue.
+               CASE WHEN v.may THEN l.owner END, CASE WHEN v.may THEN l.epoch END,
+               CASE WHEN v.may THEN l.expires_at END,
+               CASE WHEN v.may THEN p.batch_id END, CASE WHEN v.may THEN p.batch_epoch END,
                (SELECT pg_catalog.count(*) FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id),
                p.batch_opened_at,
                m.pending - (SELECT pg_catalog.count(*) FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id),
@@ -1735,6 +1921,7 @@ BEGIN
                (SELECT pg_catalog.count(*) FROM lease_queue.dead_letters AS d
                  WHERE d.qid = q.qid AND d.partition = p.partition)
           FROM lease_queue.queues AS q
+          CROSS JOIN LATERAL (SELECT lease_queue._may(q.qid, 'consume') AS may) AS v
           JOIN lease_queue.partitions AS p ON p.qid = q.qid
           LEFT JOIN LATERAL lease.inspect(lease_queue.lease_key(q.name, p.partition)) AS l ON true
           CROSS JOIN LATERAL (
@@ -1771,7 +1958,10 @@ REVOKE ALL ON FUNCTION lease_queue._int_violations(text, bigint, bigint, bigint)
 REVOKE ALL ON FUNCTION lease_queue._raise_invalid_input(text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._check_partition_args(text, text, integer, text, bigint, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._queue(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease_queue._lock_partition(text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._lock_partition(text, text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._queue_for(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._may(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._raise_not_granted(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._raise_fenced(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._bury(bigint[], text) FROM PUBLIC;
@@ -1780,6 +1970,9 @@ REVOKE ALL ON FUNCTION lease_queue._stamp_commit_order() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.create_queue(text, integer, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.set_notify(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.drop_queue(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue.grant_queue(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue.revoke_queue(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._check_grant_args(text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.redrive(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue.discard_dead_letters(text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease_queue.create_queue(text, integer, integer, boolean) TO @extowner@ WITH GRANT OPTION;
@@ -1787,6 +1980,8 @@ GRANT EXECUTE ON FUNCTION lease_queue.set_notify(text, boolean) TO @extowner@ WI
 GRANT EXECUTE ON FUNCTION lease_queue.drop_queue(text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION lease_queue.redrive(text, text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION lease_queue.discard_dead_letters(text, interval) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION lease_queue.grant_queue(text, text, text) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION lease_queue.revoke_queue(text, text, text) TO @extowner@ WITH GRANT OPTION;
 
 -- Who may use the queues: every role, by default. The grant is made by the installing role (through a
 -- function it owns, for the moment of this script), so that it can narrow it later:

@@ -145,6 +145,17 @@ pub async fn create_queue(c: &Client, q: &str, partitions: i32, max_attempts: i3
     )
     .await
     .unwrap_or_else(|e| panic!("create_queue({q}, {partitions}, {max_attempts}): {e}"));
+    grant_to_app(c, q).await;
+}
+
+/// Grants the application role both privileges on `q` (a new queue is its creator's only).
+pub async fn grant_to_app(c: &Client, q: &str) {
+    c.batch_execute(&format!(
+        "SELECT lease_queue.grant_queue('{q}', '{APP}', 'produce'), \
+                lease_queue.grant_queue('{q}', '{APP}', 'consume')"
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("grant_queue({q}, {APP}): {e}"));
 }
 
 /// `lease_queue.drop_queue`; the server's error, if any.

@@ -192,6 +192,7 @@ async fn a_queue_created_without_notify_never_notifies() {
         )
         .await
         .unwrap();
+    super::grant_to_app(&f.admin, &f.q).await;
     let (listen, mut rx) = listener().await;
     f.send(Some("k"), "m").await;
     send_batch(&f.app, &f.q, &[None, Some("j")], &["x", "y"]).await;

@@ -3,7 +3,7 @@
 
 use pglease_tests::{ADMIN, APP, expect_error, server};
 
-use super::{Fixture, code, create_queue, dead_letters, try_drop_queue, try_redrive};
+use super::{Fixture, code, dead_letters, try_drop_queue, try_redrive};
 
 const TABLES: [&str; 5] = ["queues", "partitions", "messages", "keys", "dead_letters"];
 const SEQUENCES: [&str; 4] = ["queue_ids", "message_ids", "batch_ids", "positions"];
@@ -122,7 +122,11 @@ async fn no_internal_helper_is_executable_by_the_application_role_or_public() {
         "SELECT lease_queue._raise_invalid_input('f', ARRAY['x'])",
         "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'])",
         "SELECT lease_queue._bury(ARRAY[1::bigint], 'r')",
-        "SELECT * FROM lease_queue._lock_partition('f', 'q', 0)",
+        "SELECT * FROM lease_queue._lock_partition('f', 'q', 0, NULL)",
+        "SELECT * FROM lease_queue._queue_for('f', 'q', 'consume')",
+        "SELECT lease_queue._may(1, 'consume')",
+        "SELECT lease_queue._raise_not_granted('f', 'q', 'consume')",
+        "SELECT lease_queue._check_grant_args('f', 'q', 'app', 'consume')",
     ] {
         assert_eq!(expect_error(&f.app, sql).await.code, "42501", "{sql}");
     }
@@ -152,6 +156,7 @@ async fn every_public_function_is_callable_by_the_application_role_with_a_pinned
             "create_queue",
             "discard_dead_letters",
             "drop_queue",
+            "grant_queue",
             "lease_key",
             "list_dead_letters",
             "list_queues",
@@ -161,6 +166,7 @@ async fn every_public_function_is_callable_by_the_application_role_with_a_pinned
             "receive",
             "redrive",
             "release",
+            "revoke_queue",
             "send",
             "send_batch",
             "set_notify",
@@ -172,7 +178,9 @@ async fn every_public_function_is_callable_by_the_application_role_with_a_pinned
         "create_queue",
         "discard_dead_letters",
         "drop_queue",
+        "grant_queue",
         "redrive",
+        "revoke_queue",
         "set_notify",
     ];
     let pure = ["lease_key", "partition_of", "version"];
@@ -237,6 +245,163 @@ async fn the_installing_role_may_grant_administration_on_to_another_role() {
         ))
         .await
         .unwrap();
-    create_queue(&app, "granted", 2, 10).await;
+    // The creator's queue is its own to use, without a grant.
+    app.batch_execute("SELECT lease_queue.create_queue('granted', 2, 10)")
+        .await
+        .unwrap();
+    app.batch_execute("SELECT lease_queue.send('granted', 'k', '1')")
+        .await
+        .unwrap();
     try_drop_queue(&app, "granted").await.unwrap();
+}
+
+/// A queue belongs to the roles granted it (QUEUE.md §9): without a grant a role neither produces
+/// nor consumes (42501, nothing changed) and sees only counts in status(); a grant to a role counts
+/// for its members; revoking takes it back; granting needs the admin right.
+#[tokio::test]
+async fn a_queue_is_used_only_by_the_roles_granted_it_and_their_members() {
+    use pglease_tests::{APP_MEMBER, OTHER_APP};
+    let s = server();
+    let db = s.fresh_db_with_queue("queue_grants");
+    let admin = s.connect_as(&db, ADMIN).await;
+    let app = s.connect_as(&db, APP).await;
+    let member = s.connect_as(&db, APP_MEMBER).await;
+    let other = s.connect_as(&db, OTHER_APP).await;
+    let su = s.connect_super(&db).await;
+    admin
+        .batch_execute("SELECT lease_queue.create_queue('private', 1)")
+        .await
+        .unwrap();
+    let produce = "SELECT lease_queue.send('private', 'k', '1')";
+    let consuming = [
+        "SELECT lease_queue.claim('private', 0, 'c', '1 hour')",
+        "SELECT lease_queue.claim_any('private', 'c', '1 hour')",
+        "SELECT lease_queue.receive('private', 0, 'c', 1, 10)",
+        "SELECT lease_queue.ack('private', 0, 'c', 1, 1)",
+        "SELECT lease_queue.nack('private', 0, 'c', 1, 1, 1)",
+        "SELECT lease_queue.release('private', 0, 'c', 1)",
+        "SELECT lease_queue.next_due('private', 0)",
+        "SELECT * FROM lease_queue.list_dead_letters('private')",
+    ];
+    // The creator's: nobody else's yet.
+    let before = super::snapshot(&su, "private").await;
+    for c in [&app, &member, &other] {
+        assert_eq!(expect_error(c, produce).await.code, "42501");
+        for sql in consuming {
+            assert_eq!(expect_error(c, sql).await.code, "42501", "{sql}");
+        }
+    }
+    assert_eq!(
+        super::snapshot(&su, "private").await,
+        before,
+        "nothing changed"
+    );
+    admin.batch_execute(produce).await.unwrap();
+
+    // Granted to app: app and its member may; the other application may not.
+    admin
+        .batch_execute(
+            "SELECT lease_queue.grant_queue('private', 'app', 'produce'), \
+                    lease_queue.grant_queue('private', 'app', 'consume'), \
+                    lease_queue.grant_queue('private', 'app', 'consume')",
+        )
+        .await
+        .unwrap();
+    app.batch_execute(produce).await.unwrap();
+    member.batch_execute(produce).await.unwrap();
+    assert_eq!(expect_error(&other, produce).await.code, "42501");
+    let claimed = super::claim(&member, "private", 0, "c", "1 hour").await;
+    assert!(claimed.claimed);
+    // status(): counts for everyone, holders and batches for consumers only.
+    let status = "SELECT owner, epoch, backlog FROM lease_queue.status('private')";
+    let row = other.query_one(status, &[]).await.unwrap();
+    assert_eq!(
+        (
+            row.get::<_, Option<String>>(0),
+            row.get::<_, Option<i64>>(1),
+            row.get::<_, i64>(2)
+        ),
+        (None, None, 3)
+    );
+    let row = app.query_one(status, &[]).await.unwrap();
+    assert_eq!(
+        (
+            row.get::<_, Option<String>>(0),
+            row.get::<_, Option<i64>>(1)
+        ),
+        (Some("c".to_owned()), claimed.epoch)
+    );
+
+    // Revoked: refused again; PUBLIC: everyone.
+    admin
+        .batch_execute("SELECT lease_queue.revoke_queue('private', 'app', 'produce')")
+        .await
+        .unwrap();
+    assert_eq!(expect_error(&member, produce).await.code, "42501");
+    admin
+        .batch_execute("SELECT lease_queue.grant_queue('private', 'public', 'produce')")
+        .await
+        .unwrap();
+    other.batch_execute(produce).await.unwrap();
+
+    // Granting is the admin right; its arguments are checked.
+    assert_eq!(
+        expect_error(
+            &app,
+            "SELECT lease_queue.grant_queue('private', 'app', 'produce')"
+        )
+        .await
+        .code,
+        "42501"
+    );
+    for (sql, code) in [
+        (
+            "SELECT lease_queue.grant_queue('private', 'no_such_role', 'produce')",
+            "22023",
+        ),
+        (
+            "SELECT lease_queue.grant_queue('private', 'app', 'read')",
+            "22023",
+        ),
+        (
+            "SELECT lease_queue.revoke_queue('private', NULL, 'produce')",
+            "22023",
+        ),
+        (
+            "SELECT lease_queue.grant_queue('missing', 'app', 'produce')",
+            "LQ001",
+        ),
+    ] {
+        assert_eq!(expect_error(&admin, sql).await.code, code, "{sql}");
+    }
+}
+
+/// The update from 0.1.0 grants both privileges on every existing queue to PUBLIC: what worked
+/// before it works after it, for every role.
+#[tokio::test]
+async fn the_update_keeps_existing_queues_open_to_every_role() {
+    let s = server();
+    let db = s.fresh_db("queue_update_grants");
+    s.psql_as(
+        &db,
+        ADMIN,
+        "CREATE EXTENSION pg_lease; CREATE EXTENSION pg_lease_queue VERSION '0.1.0'; \
+         SELECT lease_queue.create_queue('old', 1);",
+    );
+    s.psql_as(&db, ADMIN, "ALTER EXTENSION pg_lease_queue UPDATE;");
+    let other = s.connect_as(&db, pglease_tests::OTHER_APP).await;
+    other
+        .batch_execute("SELECT lease_queue.send('old', 'k', '1')")
+        .await
+        .unwrap();
+    let claimed = super::claim(&other, "old", 0, "c", "1 hour").await;
+    assert!(claimed.claimed);
+    // A queue created after the update is its creator's.
+    s.psql_as(&db, ADMIN, "SELECT lease_queue.create_queue('new', 1);");
+    assert_eq!(
+        expect_error(&other, "SELECT lease_queue.send('new', 'k', '1')")
+            .await
+            .code,
+        "42501"
+    );
 }

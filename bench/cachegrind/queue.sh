@@ -1,0 +1,82 @@
+#!/bin/bash
+# Server instructions per transaction of pg_lease_queue releases (docs/BENCHMARKS.md, "Instruction
+# counts"), with the current pg_lease: a send, and a cycle of send + claim (the holder's repeated
+# claim) + receive + ack. Run as root on a machine with Debian's PostgreSQL and valgrind:
+#
+#   bench/cachegrind/queue.sh [VERSION...]        # default: 0.1.0 0.1.1
+#
+# As run.sh: a private mirror of the installation with this tree's extension files, the postmaster
+# under cachegrind as nobody, one database per release (owner and CREATE EXTENSION by the
+# non-superuser role `bench`, which creates the queue and so may use it), and per round and release
+# the backends' instructions per transaction: the difference between runs of N1 and N2
+# transactions, which cancels connection start-up.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+EXTS=$HERE/../../extensions
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+WORK=${WORK:-/tmp/pglease-cg-queue}
+ROUNDS=${ROUNDS:-2}
+VERSIONS=${*:-0.1.0 0.1.1}
+
+share=$("$PG_BIN/pg_config" --sharedir)
+pkglib=$("$PG_BIN/pg_config" --pkglibdir)
+R=$WORK/root D=$WORK/data S=$WORK/sock O=$WORK/out
+rm -rf "$WORK"; mkdir -p "$R$PG_BIN" "$R$share/extension" "$(dirname "$R$pkglib")" "$D" "$S" "$O"
+cp "$PG_BIN/postgres" "$PG_BIN/initdb" "$R$PG_BIN/"
+ln -s "$pkglib" "$R$pkglib"
+for e in "$share"/*; do [ "$(basename "$e")" = extension ] || ln -s "$e" "$R$share/"; done
+for e in "$share"/extension/*; do ln -s "$e" "$R$share/extension/"; done
+for x in pg_lease pg_lease_queue; do
+    cp "$EXTS/$x/$x.control" "$EXTS/$x"/sql/"$x"--*.sql "$R$share/extension/"
+done
+cat > "$WORK/send.sql" <<'SQL'
+SELECT lease_queue.send('q', 'k' || (random() * 63)::int, '"payload"');
+SQL
+cat > "$WORK/cycle.sql" <<'SQL'
+BEGIN;
+SELECT lease_queue.send('q', 'k' || (random() * 63)::int, '"payload"');
+SELECT epoch FROM lease_queue.claim('q', 0, 'c', '1 hour') \gset
+SELECT batch_id FROM lease_queue.receive('q', 0, 'c', :epoch, 10) LIMIT 1 \gset
+SELECT lease_queue.ack('q', 0, 'c', :epoch, :batch_id);
+END;
+SQL
+chmod -R a+rX "$WORK"; chown nobody "$D" "$S" "$O"
+su nobody -s /bin/bash -c "'$R$PG_BIN/initdb' -D '$D' -A trust -U postgres >/dev/null"
+printf "listen_addresses = ''\nunix_socket_directories = '%s'\nmax_connections = 60\n" "$S" >> "$D/postgresql.conf"
+su nobody -s /bin/bash -c "cd /; valgrind --tool=cachegrind --cache-sim=no \
+    --cachegrind-out-file='$O/cg.%p' '$R$PG_BIN/postgres' -D '$D' > '$O/server.log' 2>&1 &"
+trap 'su nobody -s /bin/bash -c "$PG_BIN/pg_ctl -D $D stop -m fast" >/dev/null || true' EXIT
+until "$PG_BIN/pg_isready" -q -h "$S"; do sleep 1; done
+
+P="$PG_BIN/psql -h $S -U postgres -v ON_ERROR_STOP=1 -q"
+$P -d postgres -c "CREATE ROLE bench LOGIN"
+for v in $VERSIONS; do
+    d=q${v//./}
+    $P -d postgres -c "CREATE DATABASE $d OWNER bench"
+    "$PG_BIN/psql" -h "$S" -U bench -d "$d" -v ON_ERROR_STOP=1 -q \
+        -c "CREATE EXTENSION pg_lease; CREATE EXTENSION pg_lease_queue VERSION '$v'" \
+        -c "SELECT lease_queue.create_queue('q', 1, 10, false)" \
+        -c "SELECT lease_queue.send('q', 'k0', '\"payload\"')"  >/dev/null
+done
+
+instructions() {
+    local total=0 f
+    for f in $(find "$O" -newer "$WORK/mark" -type f -name 'cg.*'); do
+        grep -q PostgresMain "$f" || continue
+        total=$((total + $(awk '/^summary:/ {print $2}' "$f")))
+    done
+    echo "$total"
+}
+run() { # database script transactions
+    touch "$WORK/mark"; sleep 1
+    "$PG_BIN/pgbench" -n -h "$S" -U bench -M prepared -c 1 -j 1 -t "$3" -f "$WORK/$2.sql" "$1" >/dev/null
+    sleep 3; instructions
+}
+for round in $(seq "$ROUNDS"); do
+    for s in send cycle; do
+        for v in $VERSIONS; do
+            a=$(run "q${v//./}" $s 200); b=$(run "q${v//./}" $s 1200)
+            echo "round=$round version=$v script=$s instructions_per_txn=$(( (b - a) / 1000 ))"
+        done
+    done
+done
