@@ -26,7 +26,7 @@ pub use leases::{
 pub use local::{DemoArgs, LocalCommand, LocalStartArgs, LocalStatusArgs, LocalUrlArgs};
 pub use queue::{
     QueueCommand, QueueConsumeArgs, QueueCreateArgs, QueueDeadLettersArgs, QueueDropArgs,
-    QueueRedriveArgs, QueueSendArgs, QueueStatsArgs,
+    QueueGrantArgs, QueueRedriveArgs, QueueSendArgs, QueueStatsArgs,
 };
 pub use run::{Descendants, ElectArgs, Holding, RunArgs, SupervisionArgs};
 pub use values::*;

@@ -21,7 +21,7 @@ use crate::local::LocalServer;
 use crate::missing::explained;
 use crate::run::LeaseRequest;
 use crate::signals::Signals;
-use crate::{admin, consume, demo, leader, leases, owner, queue, queue_errors, run};
+use crate::{admin, consume, demo, leader, leases, owner, queue, queue_errors, queue_grants, run};
 
 use pglease::PG_LEASE;
 
@@ -185,6 +185,7 @@ fn queue_handler(
         QueueCommand::Stats(a) => &a.conn,
         QueueCommand::DeadLetters(a) => &a.conn,
         QueueCommand::Redrive(a) => &a.conn,
+        QueueCommand::Grant(a) | QueueCommand::Revoke(a) => &a.conn,
         QueueCommand::Consume(a) => &a.conn,
     };
     let target = Target::resolve(&with_url(conn, url), major)?;
@@ -195,6 +196,7 @@ fn queue_handler(
         QueueCommand::Stats(a) => a.queue.clone(),
         QueueCommand::DeadLetters(a) => Some(a.queue.queue.clone()),
         QueueCommand::Redrive(a) => Some(a.queue.queue.clone()),
+        QueueCommand::Grant(a) | QueueCommand::Revoke(a) => Some(a.queue.queue.clone()),
         QueueCommand::Consume(a) => Some(a.queue.queue.clone()),
     };
     let json = match &command {
@@ -204,6 +206,7 @@ fn queue_handler(
         QueueCommand::Stats(a) => a.output.json,
         QueueCommand::DeadLetters(a) => a.output.json,
         QueueCommand::Redrive(a) => a.output.json,
+        QueueCommand::Grant(a) | QueueCommand::Revoke(a) => a.output.json,
         QueueCommand::Consume(_) => false,
     };
     // Errors in pglease's terms (a missing pg_lease_queue is checked first by every command);
@@ -233,6 +236,12 @@ fn queue_handler(
         }
         QueueCommand::Redrive(a) => {
             until_signal(async move { spoken(queue::redrive(a, &target).await) })
+        }
+        QueueCommand::Grant(a) => {
+            until_signal(async move { spoken(queue_grants::grant(a, true, &target).await) })
+        }
+        QueueCommand::Revoke(a) => {
+            until_signal(async move { spoken(queue_grants::grant(a, false, &target).await) })
         }
         // `consume` forwards signals to its command and shuts down cleanly itself.
         QueueCommand::Consume(a) => Box::pin(async move {

@@ -21,6 +21,7 @@ mod procs;
 mod progress;
 mod queue;
 mod queue_errors;
+mod queue_grants;
 mod run;
 mod signals;
 mod supervise;

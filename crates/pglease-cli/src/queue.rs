@@ -20,7 +20,7 @@ use crate::{missing, output};
 
 /// Connects, and checks that pg_lease_queue is installed at this pglease's version
 /// ([`missing::check`]).
-async fn connect(target: &Target) -> Result<tokio_postgres::Client, BoxError> {
+pub(crate) async fn connect(target: &Target) -> Result<tokio_postgres::Client, BoxError> {
     let client = target.connect().await?;
     missing::check(&client, target, &pglease::PG_LEASE_QUEUE).await?;
     Ok(client)

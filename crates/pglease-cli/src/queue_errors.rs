@@ -47,10 +47,11 @@ pub fn speak(error: BoxError, queue: Option<&str>) -> BoxError {
             "{}: messages of that key are in an open batch; redrive once the batch is acked",
             server()
         ),
-        // A partition's lease under another role: pg_lease's refusal, with its DETAIL.
+        // Our refusals, with a DETAIL: the queue not granted to the role, or a partition's lease
+        // held under another role.
         "42501" if db.and_then(|db| db.detail()).is_some() => format!(
-            "{}: {}; the partition is claimed under another database role: consume it as that \
-             role (or a member of it)",
+            "{}: {}; the installing role gives a role the queue with `pglease queue grant {q} \
+             ROLE produce|consume`, and a claimed partition is its claimer's role's",
             server(),
             db.and_then(|db| db.detail())
                 .unwrap_or_default()

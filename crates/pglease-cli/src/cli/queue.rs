@@ -53,6 +53,53 @@ pub enum QueueCommand {
     /// Exactly one of --key, --unkeyed, --all. A key with messages in an open batch is refused
     /// (SQLSTATE 55006, exit 1): redrive after the batch is acked.
     Redrive(QueueRedriveArgs),
+    /// Let a database role (and its members) produce to or consume a queue.
+    ///
+    /// A queue belongs to the roles granted it: a new queue is its creator's; produce lets a role
+    /// send, consume lets it claim partitions, receive, ack and nack, and see the holders in
+    /// `queue stats`. ROLE is a role name, or public for every role. Only the role that installed
+    /// pg_lease_queue may grant, unless it granted EXECUTE on lease_queue.grant_queue to others.
+    /// Granting what is granted changes nothing.
+    Grant(QueueGrantArgs),
+    /// Take back what `queue grant` gave: the role's next send (produce) or consuming call
+    /// (consume) is refused with SQLSTATE 42501; a partition it holds stays held until then.
+    Revoke(QueueGrantArgs),
+}
+
+/// What a role may do with a queue (`queue grant`, `queue revoke`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QueuePrivilege {
+    /// Send messages.
+    Produce,
+    /// Claim partitions, receive, ack and nack.
+    Consume,
+}
+
+impl QueuePrivilege {
+    /// The privilege's name in SQL (`lease_queue.grant_queue`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueuePrivilege::Produce => "produce",
+            QueuePrivilege::Consume => "consume",
+        }
+    }
+}
+
+/// Options of `pglease queue grant` and `pglease queue revoke`.
+#[derive(Debug, Args)]
+pub struct QueueGrantArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// The database role (its members count too), or public for every role.
+    #[arg(value_name = "ROLE")]
+    pub role: String,
+    /// produce or consume.
+    #[arg(value_name = "PRIVILEGE", value_enum)]
+    pub privilege: QueuePrivilege,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 /// A queue name (1 to 128 bytes of A-Z a-z 0-9 _ . -).

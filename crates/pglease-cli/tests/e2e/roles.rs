@@ -93,3 +93,42 @@ fn another_role_cannot_renew_or_release_and_an_operator_force_releases() {
         .json();
     expect_eq("nothing left to end", &Value::Null, &again["ended_epoch"]);
 }
+
+#[test]
+fn a_queue_is_used_by_the_roles_granted_it_with_queue_grant_and_revoke() {
+    let case = Case::new("roles_queue_grant");
+    case.pglease(["install", "pg_lease_queue"]).expect_code(0);
+    let other = other_role_url(&case);
+    case.pglease(["queue", "create", "jobs", "--partitions", "1"])
+        .expect_code(0);
+    let send = ["queue", "send", "jobs", "--key", "k", "{}"];
+    let refused = case.pglease(send).env("DATABASE_URL", &other).output();
+    refused.expect_code(1);
+    assert!(
+        refused.stderr().contains("SQLSTATE 42501") && refused.stderr().contains("queue grant"),
+        "{}",
+        refused.report()
+    );
+    let granted = case
+        .pglease(["queue", "grant", "jobs", "e2e_other", "produce", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq("grant.granted", &Value::Bool(true), &granted["granted"]);
+    case.pglease(send)
+        .env("DATABASE_URL", &other)
+        .expect_code(0);
+    // Granting is the installing role's.
+    case.pglease(["queue", "grant", "jobs", "e2e_other", "consume"])
+        .env("DATABASE_URL", &other)
+        .expect_code(1);
+    case.pglease(["queue", "revoke", "jobs", "e2e_other", "produce"])
+        .expect_code(0);
+    case.pglease(send)
+        .env("DATABASE_URL", &other)
+        .expect_code(1);
+    // An unknown role or privilege is refused before anything.
+    case.pglease(["queue", "grant", "jobs", "no_such_role", "produce"])
+        .expect_code(1);
+    case.pglease(["queue", "grant", "jobs", "e2e_other", "read"])
+        .expect_code(2);
+}
