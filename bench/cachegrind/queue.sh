@@ -12,23 +12,12 @@
 # transactions, which cancels connection start-up.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-EXTS=$HERE/../../extensions
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 WORK=${WORK:-/tmp/pglease-cg-queue}
 ROUNDS=${ROUNDS:-2}
 VERSIONS=${*:-0.1.0 0.1.1}
 
-share=$("$PG_BIN/pg_config" --sharedir)
-pkglib=$("$PG_BIN/pg_config" --pkglibdir)
-R=$WORK/root D=$WORK/data S=$WORK/sock O=$WORK/out
-rm -rf "$WORK"; mkdir -p "$R$PG_BIN" "$R$share/extension" "$(dirname "$R$pkglib")" "$D" "$S" "$O"
-cp "$PG_BIN/postgres" "$PG_BIN/initdb" "$R$PG_BIN/"
-ln -s "$pkglib" "$R$pkglib"
-for e in "$share"/*; do [ "$(basename "$e")" = extension ] || ln -s "$e" "$R$share/"; done
-for e in "$share"/extension/*; do ln -s "$e" "$R$share/extension/"; done
-for x in pg_lease pg_lease_queue; do
-    cp "$EXTS/$x/$x.control" "$EXTS/$x"/sql/"$x"--*.sql "$R$share/extension/"
-done
+. "$HERE/server.sh"
 cat > "$WORK/send.sql" <<'SQL'
 SELECT lease_queue.send('q', 'k' || (random() * 63)::int, '"payload"');
 SQL
@@ -40,15 +29,7 @@ SELECT batch_id FROM lease_queue.receive('q', 0, 'c', :epoch, 10) LIMIT 1 \gset
 SELECT lease_queue.ack('q', 0, 'c', :epoch, :batch_id);
 END;
 SQL
-chmod -R a+rX "$WORK"; chown nobody "$D" "$S" "$O"
-su nobody -s /bin/bash -c "'$R$PG_BIN/initdb' -D '$D' -A trust -U postgres >/dev/null"
-printf "listen_addresses = ''\nunix_socket_directories = '%s'\nmax_connections = 60\n" "$S" >> "$D/postgresql.conf"
-su nobody -s /bin/bash -c "cd /; valgrind --tool=cachegrind --cache-sim=no \
-    --cachegrind-out-file='$O/cg.%p' '$R$PG_BIN/postgres' -D '$D' > '$O/server.log' 2>&1 &"
-trap 'su nobody -s /bin/bash -c "$PG_BIN/pg_ctl -D $D stop -m fast" >/dev/null || true' EXIT
-until "$PG_BIN/pg_isready" -q -h "$S"; do sleep 1; done
-
-P="$PG_BIN/psql -h $S -U postgres -v ON_ERROR_STOP=1 -q"
+chmod a+r "$WORK"/*.sql
 $P -d postgres -c "CREATE ROLE bench LOGIN"
 for v in $VERSIONS; do
     d=q${v//./}
@@ -59,14 +40,6 @@ for v in $VERSIONS; do
         -c "SELECT lease_queue.send('q', 'k0', '\"payload\"')"  >/dev/null
 done
 
-instructions() {
-    local total=0 f
-    for f in $(find "$O" -newer "$WORK/mark" -type f -name 'cg.*'); do
-        grep -q PostgresMain "$f" || continue
-        total=$((total + $(awk '/^summary:/ {print $2}' "$f")))
-    done
-    echo "$total"
-}
 run() { # database script transactions
     touch "$WORK/mark"; sleep 1
     "$PG_BIN/pgbench" -n -h "$S" -U bench -M prepared -c 1 -j 1 -t "$3" -f "$WORK/$2.sql" "$1" >/dev/null

@@ -13,32 +13,15 @@
 # difference between runs of N1 and N2 transactions per client, which cancels connection start-up.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-EXT=${EXT:-$HERE/../../extensions/pg_lease}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 WORK=${WORK:-/tmp/pglease-cg}
 ROUNDS=${ROUNDS:-2}
 CLIENTS=${CLIENTS:-1 4}
 VERSIONS=${*:-0.3.0 0.7.0 0.8.0}
 
-share=$("$PG_BIN/pg_config" --sharedir)
-pkglib=$("$PG_BIN/pg_config" --pkglibdir)
-R=$WORK/root D=$WORK/data S=$WORK/sock O=$WORK/out
-rm -rf "$WORK"; mkdir -p "$R$PG_BIN" "$R$share/extension" "$(dirname "$R$pkglib")" "$D" "$S" "$O"
-cp "$PG_BIN/postgres" "$PG_BIN/initdb" "$R$PG_BIN/"
-ln -s "$pkglib" "$R$pkglib"
-for e in "$share"/*; do [ "$(basename "$e")" = extension ] || ln -s "$e" "$R$share/"; done
-for e in "$share"/extension/*; do ln -s "$e" "$R$share/extension/"; done
-cp "$EXT/pg_lease.control" "$EXT"/sql/pg_lease--*.sql "$R$share/extension/"
+. "$HERE/server.sh"
 cp "$HERE"/w1-*.sql "$WORK/"
-chmod -R a+rX "$WORK"; chown nobody "$D" "$S" "$O"
-su nobody -s /bin/bash -c "'$R$PG_BIN/initdb' -D '$D' -A trust -U postgres >/dev/null"
-printf "listen_addresses = ''\nunix_socket_directories = '%s'\nmax_connections = 60\n" "$S" >> "$D/postgresql.conf"
-su nobody -s /bin/bash -c "cd /; valgrind --tool=cachegrind --cache-sim=no \
-    --cachegrind-out-file='$O/cg.%p' '$R$PG_BIN/postgres' -D '$D' > '$O/server.log' 2>&1 &"
-trap 'su nobody -s /bin/bash -c "$PG_BIN/pg_ctl -D $D stop -m fast" >/dev/null || true' EXIT
-until "$PG_BIN/pg_isready" -q -h "$S"; do sleep 1; done
-
-P="$PG_BIN/psql -h $S -U postgres -v ON_ERROR_STOP=1 -q"
+chmod a+r "$WORK"/w1-*.sql
 $P -d postgres -c "CREATE ROLE bench LOGIN"
 for v in $VERSIONS; do
     d=v${v//./}
@@ -51,16 +34,6 @@ for v in $VERSIONS; do
                    ALTER TABLE pglease_bench.floor OWNER TO bench"
 done
 
-# The instructions of the backends whose files appeared since the marker (a backend's file is
-# written when it exits; only backends run PostgresMain).
-instructions() {
-    local total=0 f
-    for f in $(find "$O" -newer "$WORK/mark" -type f -name 'cg.*'); do
-        grep -q PostgresMain "$f" || continue
-        total=$((total + $(awk '/^summary:/ {print $2}' "$f")))
-    done
-    echo "$total"
-}
 run() { # database script clients transactions-per-client
     touch "$WORK/mark"; sleep 1
     "$PG_BIN/pgbench" -n -h "$S" -U bench -M prepared -c "$3" -j "$3" -t "$4" -f "$WORK/w1-$2.sql" "$1" >/dev/null

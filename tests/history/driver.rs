@@ -1,5 +1,8 @@
-//! The randomized workload: concurrent clients (each its own connection as `app`) call the API on a
-//! few hot keys, some calls inside explicit transactions that commit or roll back, while an admin
+//! The randomized workload: concurrent clients call the API on a few hot keys, each with its own
+//! connection as one of two unrelated login roles (`app` for even clients, `reporting` for odd
+//! ones: pg_lease 0.8.0 binds a grant to its role), each role with owner strings of its own while
+//! the keys are shared (so keys change hands between the roles, and a role's stale epochs meet the
+//! other role's grants), some calls inside explicit transactions that commit or roll back, while an admin
 //! connection purges now and then, a superuser connection terminates random clients' backends, and
 //! random clients' backends are frozen (SIGSTOP) for up to 400 ms and resumed. Every call is
 //! recorded as an [`Op`] for the checker.
@@ -9,7 +12,7 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pglease_tests::{ADMIN, APP, server};
+use pglease_tests::{ADMIN, APP, OTHER_APP, server};
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::checker::Violation;
@@ -398,12 +401,23 @@ fn pick_key(rng: &mut Rng, keys: usize) -> String {
     format!("k{}", rng.below(keys as u64))
 }
 
+/// The login role of client `me`: two unrelated roles, alternating.
+fn role_of(me: usize) -> &'static str {
+    if me.is_multiple_of(2) { APP } else { OTHER_APP }
+}
+
+/// An owner string of client `me`'s role: owners `o<i>` with `i` of the client's parity belong to its
+/// role (one role's clients never present the other role's owner strings: whether a role may act on
+/// another role's grant is the regression suite's, not the model's).
 fn pick_owner(rng: &mut Rng, me: usize, owners: usize) -> String {
-    if rng.chance(65) {
-        format!("o{}", me % owners)
+    let parity = me % 2;
+    let of_role = ((owners + 1 - parity.min(owners)) / 2).max(1); // owners o<i>, i % 2 == parity
+    let j = if rng.chance(65) {
+        (me / 2) % of_role
     } else {
-        format!("o{}", rng.below(owners as u64))
-    }
+        rng.below(of_role as u64) as usize
+    };
+    format!("o{}", 2 * j + parity)
 }
 
 fn pick_ttl(rng: &mut Rng) -> i64 {
@@ -744,11 +758,11 @@ async fn client_loop(ctx: Arc<Ctx>, me: usize, rng: Rng) {
         rng,
         mine: Vec::new(),
     };
-    let mut conn = Conn::open(&ctx, me, APP).await;
+    let mut conn = Conn::open(&ctx, me, role_of(me)).await;
     while ctx.running() {
         tokio::time::sleep(ms(cl.rng.range(0, 20))).await;
         if conn.client.is_closed() {
-            conn = Conn::open(&ctx, me, APP).await;
+            conn = Conn::open(&ctx, me, role_of(me)).await;
         }
         let alive = if cl.rng.chance(60) {
             single(&ctx, &mut cl, &mut conn).await
@@ -756,7 +770,7 @@ async fn client_loop(ctx: Arc<Ctx>, me: usize, rng: Rng) {
             transaction(&ctx, &mut cl, &mut conn).await
         };
         if !alive {
-            conn = Conn::open(&ctx, me, APP).await;
+            conn = Conn::open(&ctx, me, role_of(me)).await;
         }
     }
 }
@@ -884,7 +898,7 @@ pub async fn run(cfg: &Config) -> Run {
         &format!(
             "CREATE TABLE public.guarded_writes (key text, owner text, epoch bigint, \
              at timestamptz DEFAULT clock_timestamp()); \
-             GRANT INSERT, SELECT ON public.guarded_writes TO {APP};"
+             GRANT INSERT, SELECT ON public.guarded_writes TO {APP}, {OTHER_APP};"
         ),
     );
     let max_connections: i64 = s

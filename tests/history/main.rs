@@ -2,7 +2,8 @@
 //! checked against the invariants of docs/SEMANTICS.md §9 (see `checker.rs` for what each check
 //! assumes and how unknown commit outcomes are handled).
 //!
-//! The workload (`driver.rs`): 12 clients (by default), each with its own connection as `app`, on 5
+//! The workload (`driver.rs`): 12 clients (by default), each with its own connection as one of two
+//! login roles (`app` and `reporting`, alternating; each role with its own owner strings), on 5
 //! hot keys and 4 owners (so two clients often act as the same owner), with ttls of 15–300 ms, blocking and
 //! non-blocking acquires, renew/release/fence with current, stale and guessed epochs, inspect and
 //! register_waiter; about 40 % of the steps run in explicit transactions (1–3 calls, a fence followed
@@ -239,6 +240,12 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
         ("terminated backends", run.kills),
         ("paused backends", run.pauses),
     ];
+    let (even, odd, handovers) = grants_by_role(&run.ops);
+    let exercised = exercised.into_iter().chain([
+        ("grants to the first role (app)", even),
+        ("grants to the second role (reporting)", odd),
+        ("keys passing from one role to the other", handovers),
+    ]);
     for (what, n) in exercised {
         assert!(
             n > 0,
@@ -246,6 +253,24 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
             stats_line(&run, &report)
         );
     }
+}
+
+/// Committed grants by the clients of each role (even clients `app`, odd ones `reporting`), and how
+/// often a key's next grant, in epoch order, went to the other role.
+fn grants_by_role(ops: &[model::Op]) -> (usize, usize, usize) {
+    let mut grants: Vec<(&str, i64, usize)> = ops
+        .iter()
+        .filter(|op| op.commit == model::Commit::Committed && op.client != usize::MAX)
+        .filter_map(|op| Some((op.call.key()?, op.granted()?.0, op.client % 2)))
+        .collect();
+    grants.sort();
+    grants.dedup();
+    let even = grants.iter().filter(|g| g.2 == 0).count();
+    let handovers = grants
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0 && w[0].2 != w[1].2)
+        .count();
+    (even, grants.len() - even, handovers)
 }
 
 /// SEMANTICS.md §3 (fence): a successor that waited for a fenced transaction counts its expiry from

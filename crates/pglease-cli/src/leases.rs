@@ -366,18 +366,10 @@ fn print_semaphore(
     let rows: Vec<Vec<String>> = slots
         .iter()
         .map(|(slot, key, h)| {
-            vec![
-                slot.to_string(),
-                key.clone(),
-                if h.state.held { "held" } else { "-" }.into(),
-                h.state.owner.clone().unwrap_or_else(|| "-".into()),
-                h.state.epoch.to_string(),
-                h.state
-                    .expires_at
-                    .map(output::timestamp)
-                    .unwrap_or_else(|| "-".into()),
-                h.left().map(output::duration).unwrap_or_else(|| "-".into()),
-            ]
+            [slot.to_string(), key.clone()]
+                .into_iter()
+                .chain(state_cells(h))
+                .collect()
         })
         .collect();
     let mut text = output::fields(&[
@@ -446,17 +438,7 @@ pub async fn list(args: ListArgs, target: &Target) -> Result<ExitCode, BoxError>
     let rows: Vec<Vec<String>> = holders
         .iter()
         .map(|(key, h)| {
-            let mut row = vec![
-                key.clone(),
-                if h.state.held { "held" } else { "-" }.into(),
-                h.state.owner.clone().unwrap_or_else(|| "-".into()),
-                h.state.epoch.to_string(),
-                h.state
-                    .expires_at
-                    .map(output::timestamp)
-                    .unwrap_or_else(|| "-".into()),
-                h.left().map(output::duration).unwrap_or_else(|| "-".into()),
-            ];
+            let mut row: Vec<String> = std::iter::once(key.clone()).chain(state_cells(h)).collect();
             if with_data {
                 row.push(
                     h.state
@@ -505,6 +487,21 @@ fn print_purged(output: OutputArgs, purged: u64, older_than: Duration) -> std::i
             output::duration(older_than)
         ))
     }
+}
+
+/// A key's state in the columns of `list` and `inspect SEMAPHORE`: held, owner, epoch, expiry, and
+/// the time left.
+fn state_cells(h: &Holder) -> [String; 5] {
+    [
+        if h.state.held { "held" } else { "-" }.into(),
+        h.state.owner.clone().unwrap_or_else(|| "-".into()),
+        h.state.epoch.to_string(),
+        h.state
+            .expires_at
+            .map(output::timestamp)
+            .unwrap_or_else(|| "-".into()),
+        h.left().map(output::duration).unwrap_or_else(|| "-".into()),
+    ]
 }
 
 /// 0 for `ok`, [`EXIT_LOST`] for a refusal.
