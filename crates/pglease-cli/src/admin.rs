@@ -187,7 +187,13 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
         Some(_) => Some(target.answer(counts(&client)).await?),
         None => None,
     };
-    let role = target.answer(role(&client)).await?;
+    let mut role = target.answer(role(&client)).await?;
+    if queue_installed
+        .as_ref()
+        .is_some_and(|i| i.version == pglease::PG_LEASE_QUEUE.version)
+    {
+        role.queues = Some(target.answer(queue_privileges(&client)).await?);
+    }
 
     #[derive(Serialize)]
     struct Extension {
@@ -290,6 +296,7 @@ pub async fn status(args: StatusArgs, target: &Target) -> Result<ExitCode, BoxEr
                 }
             ),
         ),
+        ("queues", queues_line(json.role.queues.as_deref())),
     ]))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -301,6 +308,60 @@ struct Role {
     /// Of `leases` (USAGE on schema lease), `force-release`, `purge`, `configure`, `queues`
     /// (USAGE on schema lease_queue), `create and drop queues`: those the role may.
     may: Vec<String>,
+    /// What it may do with each queue (`lease_queue.privileges`); null without pg_lease_queue at
+    /// this pglease's version.
+    queues: Option<Vec<QueuePrivileges>>,
+}
+
+/// One queue's privileges of the session's role.
+#[derive(Serialize)]
+struct QueuePrivileges {
+    queue: String,
+    produce: bool,
+    consume: bool,
+}
+
+async fn queue_privileges(
+    client: &tokio_postgres::Client,
+) -> Result<Vec<QueuePrivileges>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT queue_name, produce, consume FROM lease_queue.privileges()",
+            &[],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(QueuePrivileges {
+                queue: r.try_get(0)?,
+                produce: r.try_get(1)?,
+                consume: r.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
+/// `jobs (produce, consume), audit (consume)`; the queues the role may not use are left out.
+fn queues_line(queues: Option<&[QueuePrivileges]>) -> String {
+    let Some(queues) = queues else {
+        return "-".into();
+    };
+    let usable: Vec<String> = queues
+        .iter()
+        .filter(|q| q.produce || q.consume)
+        .map(|q| {
+            let may: Vec<&str> = [(q.produce, "produce"), (q.consume, "consume")]
+                .into_iter()
+                .filter_map(|(m, name)| m.then_some(name))
+                .collect();
+            format!("{} ({})", q.queue, may.join(", "))
+        })
+        .collect();
+    if usable.is_empty() {
+        format!("none of {} may be used by this role", queues.len())
+    } else {
+        usable.join(", ")
+    }
 }
 
 async fn role(client: &tokio_postgres::Client) -> Result<Role, tokio_postgres::Error> {
@@ -330,6 +391,7 @@ async fn role(client: &tokio_postgres::Client) -> Result<Role, tokio_postgres::E
     Ok(Role {
         name: row.try_get(0)?,
         may: row.try_get(1)?,
+        queues: None,
     })
 }
 

@@ -2,7 +2,7 @@
 -- grants belong to the role that took them; and the audit's argument checks (docs/QUEUE.md §9).
 --
 -- Added: lease_queue.grants; lease_queue.grant_queue and revoke_queue (queue, role, privilege), the
---        installing role's (grantable). produce: send, send_batch; consume: claim, claim_any,
+--        installing role's (grantable); lease_queue.privileges(queue), what the session may do. produce: send, send_batch; consume: claim, claim_any,
 --        receive, ack, nack, release, next_due, list_dead_letters, and the holders and batches in
 --        status(). Refused calls raise 42501 and change nothing.
 -- Changed: create_queue grants both privileges to its creator only; drop_queue ends the
@@ -1173,6 +1173,28 @@ BEGIN
                         OR x.key IS NULL)) AS m
          WHERE status.queue IS NULL OR q.name = status.queue
          ORDER BY q.name, p.partition;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease_queue.privileges(queue text DEFAULT NULL)
+RETURNS TABLE (queue_name text, produce boolean, consume boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF privileges.queue IS NOT NULL AND lease_queue._valid_name(privileges.queue) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.privileges',
+            lease_queue._name_violations('queue', privileges.queue));
+    END IF;
+    IF privileges.queue IS NOT NULL THEN
+        PERFORM lease_queue._queue('lease_queue.privileges', privileges.queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.name::text, lease_queue._may(q.qid, 'produce'), lease_queue._may(q.qid, 'consume')
+          FROM lease_queue.queues AS q
+         WHERE privileges.queue IS NULL OR q.name = privileges.queue
+         ORDER BY q.name;
 END
 $$;
 

@@ -1880,6 +1880,35 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
+-- lease_queue.privileges(queue DEFAULT NULL) -> SETOF (queue_name, produce, consume)
+--
+-- For every queue (or the one named), whether the session may produce to it and consume it (§9:
+-- grants to PUBLIC, to its login role or a role it is a member of; a superuser may everything).
+-- Everyone. 22023 for an invalid name; LQ001 if the named queue does not exist.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease_queue.privileges(queue text DEFAULT NULL)
+RETURNS TABLE (queue_name text, produce boolean, consume boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF privileges.queue IS NOT NULL AND lease_queue._valid_name(privileges.queue) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.privileges',
+            lease_queue._name_violations('queue', privileges.queue));
+    END IF;
+    IF privileges.queue IS NOT NULL THEN
+        PERFORM lease_queue._queue('lease_queue.privileges', privileges.queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.name::text, lease_queue._may(q.qid, 'produce'), lease_queue._may(q.qid, 'consume')
+          FROM lease_queue.queues AS q
+         WHERE privileges.queue IS NULL OR q.name = privileges.queue
+         ORDER BY q.name;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
 -- lease_queue.status(queue DEFAULT NULL) -> SETOF (...)
 --
 -- Per partition of the queue (of every queue if NULL), as of now by the server clock; advisory (no

@@ -163,6 +163,7 @@ async fn every_public_function_is_callable_by_the_application_role_with_a_pinned
             "nack",
             "next_due",
             "partition_of",
+            "privileges",
             "receive",
             "redrive",
             "release",
@@ -332,6 +333,16 @@ async fn a_queue_is_used_only_by_the_roles_granted_it_and_their_members() {
         (Some("c".to_owned()), claimed.epoch)
     );
 
+    // What each role may do, as the roles see it themselves.
+    assert_eq!(may(&member, "private").await, (true, true));
+    assert_eq!(may(&other, "private").await, (false, false));
+    assert_eq!(
+        expect_error(&other, "SELECT * FROM lease_queue.privileges('missing')")
+            .await
+            .code,
+        "LQ001"
+    );
+
     // Revoked: refused again; PUBLIC: everyone.
     admin
         .batch_execute("SELECT lease_queue.revoke_queue('private', 'app', 'produce')")
@@ -404,4 +415,16 @@ async fn the_update_keeps_existing_queues_open_to_every_role() {
             .code,
         "42501"
     );
+}
+
+/// (produce, consume) of the session on queue `q`, as lease_queue.privileges reports it.
+async fn may(c: &tokio_postgres::Client, q: &str) -> (bool, bool) {
+    let r = c
+        .query_one(
+            "SELECT produce, consume FROM lease_queue.privileges($1)",
+            &[&q],
+        )
+        .await
+        .unwrap();
+    (r.get(0), r.get(1))
 }
