@@ -686,6 +686,29 @@ pub(crate) async fn exercise_queue_api(app: &Client, admin: &Client, p: &str) {
                 .unwrap();
         }
     }
+    // What the application role may do, as it sees it; a revoke shows, and refuses its send.
+    let privileges = "SELECT produce, consume FROM lease_queue.privileges($1::pg_catalog.text)";
+    let r = app.query_one(privileges, &[&qb]).await.unwrap();
+    assert_eq!((r.get::<_, bool>(0), r.get::<_, bool>(1)), (true, true));
+    let revoke_grant = |verb: &'static str| {
+        format!(
+            "SELECT lease_queue.{verb}_queue($1::pg_catalog.text, 'app'::pg_catalog.text, \
+             'produce'::pg_catalog.text)"
+        )
+    };
+    admin.query(&revoke_grant("revoke"), &[&qb]).await.unwrap();
+    let r = app.query_one(privileges, &[&qb]).await.unwrap();
+    assert_eq!((r.get::<_, bool>(0), r.get::<_, bool>(1)), (false, true));
+    assert_eq!(
+        code_of(
+            app,
+            "SELECT lease_queue.send($1::pg_catalog.text, 'k'::pg_catalog.text, '1'::pg_catalog.jsonb)",
+            &[&qb]
+        )
+        .await,
+        "42501"
+    );
+    admin.query(&revoke_grant("grant"), &[&qb]).await.unwrap();
     assert_eq!(
         code_of(app, create, &[&nosuch, &1i32, &1i32]).await,
         "42501"
