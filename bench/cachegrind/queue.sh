@@ -6,10 +6,10 @@
 #   bench/cachegrind/queue.sh [VERSION...]        # default: 0.1.0 0.1.1
 #
 # As run.sh: a private mirror of the installation with this tree's extension files, the postmaster
-# under cachegrind as nobody, one database per release (owner and CREATE EXTENSION by the
-# non-superuser role `bench`, which creates the queue and so may use it), and per round and release
-# the backends' instructions per transaction: the difference between runs of N1 and N2
-# transactions, which cancels connection start-up.
+# under cachegrind as nobody, a fresh database per release, script and round (owner and CREATE
+# EXTENSION by the non-superuser role `bench`, which creates the queue and so may use it), and per
+# round and release the backends' instructions per transaction: the difference between runs of N1
+# and N2 transactions, which cancels connection start-up.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -31,15 +31,17 @@ END;
 SQL
 chmod a+r "$WORK"/*.sql
 $P -d postgres -c "CREATE ROLE bench LOGIN"
-for v in $VERSIONS; do
-    d=q${v//./}
-    $P -d postgres -c "CREATE DATABASE $d OWNER bench"
+# A fresh database per release, script and round: the queue's tables fill with dead versions of acked
+# messages as a run goes on, which moves the counts by more than the releases differ.
+fresh() { # version -> database name
+    local d=q${1//./}
+    $P -d postgres -c "DROP DATABASE IF EXISTS $d" -c "CREATE DATABASE $d OWNER bench"
     "$PG_BIN/psql" -h "$S" -U bench -d "$d" -v ON_ERROR_STOP=1 -q \
-        -c "CREATE EXTENSION pg_lease; CREATE EXTENSION pg_lease_queue VERSION '$v'" \
+        -c "CREATE EXTENSION pg_lease; CREATE EXTENSION pg_lease_queue VERSION '$1'" \
         -c "SELECT lease_queue.create_queue('q', 1, 10, false)" \
-        -c "SELECT lease_queue.send('q', 'k0', '\"payload\"')"  >/dev/null
-done
-
+        -c "SELECT lease_queue.send('q', 'k0', '\"payload\"')" >/dev/null
+    echo "$d"
+}
 run() { # database script transactions
     touch "$WORK/mark"; sleep 1
     "$PG_BIN/pgbench" -n -h "$S" -U bench -M prepared -c 1 -j 1 -t "$3" -f "$WORK/$2.sql" "$1" >/dev/null
@@ -48,7 +50,7 @@ run() { # database script transactions
 for round in $(seq "$ROUNDS"); do
     for s in send cycle; do
         for v in $VERSIONS; do
-            a=$(run "q${v//./}" $s 200); b=$(run "q${v//./}" $s 1200)
+            d=$(fresh "$v"); a=$(run "$d" $s 200); b=$(run "$d" $s 1200)
             echo "round=$round version=$v script=$s instructions_per_txn=$(( (b - a) / 1000 ))"
         done
     done
