@@ -651,6 +651,39 @@ async fn exercise_0_8_0_api(app: &Client, admin: &Client, p: &str) {
         .unwrap()
         .get(0);
     assert_eq!(status, "not_owner");
+    // A grant of another role (the installing role's) is refused to the application role, by the
+    // refusal path of renew and release and by fence (42501), whatever the session settings.
+    let theirs = format!("{p}theirs");
+    let epoch: i64 = admin
+        .query_one(
+            "SELECT epoch FROM lease.acquire($1::pg_catalog.text, 'o1'::pg_catalog.text, '1 hour'::pg_catalog.text::interval)",
+            &[&theirs],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for sql in [
+        format!(
+            "SELECT lease.renew('{theirs}'::pg_catalog.text, 'o1'::pg_catalog.text, {epoch}::pg_catalog.int8, '1 hour'::pg_catalog.text::interval)"
+        ),
+        format!(
+            "SELECT lease.release('{theirs}'::pg_catalog.text, 'o1'::pg_catalog.text, {epoch}::pg_catalog.int8)"
+        ),
+        format!(
+            "SELECT lease.fence('{theirs}'::pg_catalog.text, 'o1'::pg_catalog.text, {epoch}::pg_catalog.int8)"
+        ),
+    ] {
+        assert_eq!(expect_error(app, &sql).await.code, "42501", "{sql}");
+    }
+    let ended: Option<i64> = admin
+        .query_one(
+            "SELECT lease.force_release($1::pg_catalog.text)",
+            &[&theirs],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, Some(epoch));
 }
 
 /// The calls 0.6.0 added (lease data, renew_many, watch, semaphores), with the results a correct
