@@ -282,7 +282,7 @@ pub enum Command {
     /// lapsed and free.
     Status(StatusArgs),
 
-    /// Operate pg_lease_queue queues: create, drop, send, stats, dead letters, redrive.
+    /// Operate pg_lease_queue queues: create, drop, send, stats, dead letters, redrive, grant.
     ///
     /// Queues are ordered (per key, in commit order), partitioned, and consumed through leases
     /// fenced by epoch (docs/QUEUE.md). Install the extension first: `pglease install

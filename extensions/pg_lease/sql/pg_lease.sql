@@ -19,7 +19,8 @@
 -- `lease` itself, which PostgreSQL creates as the installing role, is taken over by the script (below)
 -- so that the installing role can no longer rename it or create objects in it. The installing role
 -- keeps what an extension owner needs: USAGE on the schema with the grant option (it decides who may
--- call the API), SELECT and INSERT on the state tables (pg_dump and restore), EXECUTE on purge.
+-- call the API), SELECT and INSERT on the state tables (pg_dump and restore), EXECUTE on purge and
+-- force_release.
 --
 -- The Rust installer runs the versioned script in databases that have no extension files: it drops
 -- the `\echo` line and every statement that follows a `-- pglease:extension-only` marker line, and

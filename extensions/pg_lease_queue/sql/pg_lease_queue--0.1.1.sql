@@ -28,8 +28,9 @@
 -- Privileges (ADR 0001, as in pg_lease). The functions run as the owner of the extension's objects
 -- (the bootstrap superuser under CREATE EXTENSION), pin `search_path = pg_catalog, pg_temp` and name
 -- every object with its schema; schema `lease_queue` is taken over by the script below. No role can
--- read or write the tables directly. Every role with USAGE on the schema may send, claim, receive,
--- ack, nack, release and read the status; creating, dropping and re-driving are the installing
+-- read or write the tables directly. A queue belongs to the roles granted it (lease_queue.grant_queue):
+-- produce to send, consume to claim, receive, ack, nack and release; every role with USAGE on the
+-- schema reads the counts in status(). Creating, dropping, granting and re-driving are the installing
 -- role's (with the grant option), like lease.purge.
 --
 -- The Rust installer runs the versioned script in databases that have no extension files: it drops
