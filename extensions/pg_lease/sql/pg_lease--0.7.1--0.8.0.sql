@@ -288,9 +288,11 @@ BEGIN
                    AND l.epoch = v_epoch
                    AND l.holder_role IS NOT DISTINCT FROM v_role
                    AND l.expires_at > pg_catalog.clock_timestamp()
+                -- The expiry returned is the row's under that lock: a renewal that committed while
+                -- this call waited for the row has extended it since the read above.
                 RETURNING v_same_data IS NOT TRUE AND l.watched_until > pg_catalog.clock_timestamp(),
-                          l.expires_at > pg_catalog.clock_timestamp()
-                     INTO v_watched, v_done;
+                          l.expires_at > pg_catalog.clock_timestamp(), l.expires_at
+                     INTO v_watched, v_done, v_expires_at;
                 CONTINUE WHEN NOT FOUND OR NOT v_done;     -- (lapsed while we waited for the row)
                 IF v_watched THEN
                     PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
