@@ -69,7 +69,7 @@ pub struct Extension {
 pub const PG_LEASE: Extension = Extension {
     name: "pg_lease",
     schema: "lease",
-    version: "0.8.0",
+    version: "0.9.0",
     control: include_str!("../extensions/pg_lease/pg_lease.control"),
     requires: &[],
     lock_key: i64::from_be_bytes(*b"pg_lease"),
@@ -129,10 +129,16 @@ pub const PG_LEASE: Extension = Extension {
             script: include_str!("../extensions/pg_lease/sql/pg_lease--0.7.1--0.8.0.sql"),
         },
         Migration {
+            from: Some("0.8.0"),
+            to: "0.9.0",
+            file: "pg_lease--0.8.0--0.9.0.sql",
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.8.0--0.9.0.sql"),
+        },
+        Migration {
             from: None,
-            to: "0.8.0",
-            file: "pg_lease--0.8.0.sql",
-            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.8.0.sql"),
+            to: "0.9.0",
+            file: "pg_lease--0.9.0.sql",
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.9.0.sql"),
         },
     ],
 };
@@ -207,7 +213,7 @@ pub const CONTROL: &str = PG_LEASE.control;
 /// # Examples
 ///
 /// ```
-/// assert_eq!(pglease::VERSION, "0.8.0");
+/// assert_eq!(pglease::VERSION, "0.9.0");
 /// ```
 pub const VERSION: &str = PG_LEASE.version;
 
@@ -311,7 +317,7 @@ mod tests {
     use super::*;
 
     /// The install script of the current version.
-    const SCRIPT: &str = include_str!("../extensions/pg_lease/sql/pg_lease--0.8.0.sql");
+    const SCRIPT: &str = include_str!("../extensions/pg_lease/sql/pg_lease--0.9.0.sql");
 
     pub(crate) fn transform(script: &str, extowner: &str) -> String {
         PG_LEASE.transform(script, extowner)
@@ -362,7 +368,7 @@ mod tests {
             .lines()
             .filter(|l| l.trim() == EXTENSION_ONLY)
             .count();
-        assert_eq!(markers, 3);
+        assert_eq!(markers, 4);
         assert_eq!(dropped, 1 + 2 * markers);
     }
 
@@ -478,7 +484,7 @@ mod tests {
                 .steps_after(v)
                 .map(|s| s.iter().map(|m| m.file).collect())
         };
-        assert_eq!(files(None).unwrap(), ["pg_lease--0.8.0.sql"]);
+        assert_eq!(files(None).unwrap(), ["pg_lease--0.9.0.sql"]);
         assert!(files(Some(VERSION)).unwrap().is_empty());
         assert_eq!(
             files(Some("0.1.0")).unwrap(),
@@ -490,7 +496,8 @@ mod tests {
                 "pg_lease--0.5.0--0.6.0.sql",
                 "pg_lease--0.6.0--0.7.0.sql",
                 "pg_lease--0.7.0--0.7.1.sql",
-                "pg_lease--0.7.1--0.8.0.sql"
+                "pg_lease--0.7.1--0.8.0.sql",
+                "pg_lease--0.8.0--0.9.0.sql"
             ]
         );
         assert_eq!(
@@ -501,14 +508,16 @@ mod tests {
                 "pg_lease--0.5.0--0.6.0.sql",
                 "pg_lease--0.6.0--0.7.0.sql",
                 "pg_lease--0.7.0--0.7.1.sql",
-                "pg_lease--0.7.1--0.8.0.sql"
+                "pg_lease--0.7.1--0.8.0.sql",
+                "pg_lease--0.8.0--0.9.0.sql"
             ]
         );
         assert!(files(Some("9.9.9")).is_none());
         assert_eq!(
             PG_LEASE.versions(),
             [
-                "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.7.1", "0.8.0"
+                "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.7.1", "0.8.0",
+                "0.9.0"
             ]
         );
     }

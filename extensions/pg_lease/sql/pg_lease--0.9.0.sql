@@ -105,6 +105,13 @@ GRANT USAGE ON SCHEMA lease TO @extowner@ WITH GRANT OPTION;
 --                                 it (docs/SEMANTICS.md §11). NULL for a grant made before 0.8.0,
 --                                 which keeps the rule of its time (the owner string suffices) until
 --                                 it ends; a FREE row keeps the role of its last grant.
+--   prior_epoch, prior_ended_at,  how the grant before the current one ended, as the grant that
+--   prior_ended_by                followed found the row: its epoch, when it ended (its expiry for
+--                                 a lapse) and 'released' or 'lapsed' ('transferred' after
+--                                 lease.transfer); with prior_expires_at, its last expiry. Written
+--                                 by every grant of a FREE or LAPSED key and copied into that
+--                                 grant's history row (lease.grant_history): a lapse is recorded
+--                                 without a write at the moment it happens. NULL for a new key.
 -- Only `key` is indexed, and no call ever changes it: every renew, grant and release is a HOT update.
 -- fillfactor 70 leaves room on each page for the new row versions that renewals create.
 CREATE TABLE lease.leases (
@@ -117,6 +124,9 @@ CREATE TABLE lease.leases (
     data             text,
     watched_until    timestamptz,
     holder_role      text,
+    prior_epoch      bigint,
+    prior_ended_at   timestamptz,
+    prior_ended_by   text,
     CONSTRAINT leases_pkey PRIMARY KEY (key)
 ) WITH (fillfactor = 70);
 
@@ -144,17 +154,58 @@ COMMENT ON TABLE lease.epoch_floor IS
 --                        the new timeline (docs/SEMANTICS.md §8.4); NULL: off. At least max_ttl.
 --   min_epoch            every grant's epoch is at least min_epoch, and 2^40 more for every
 --   min_epoch_timeline   timeline after min_epoch_timeline (§8.5: moving keys between databases)
+--   history              false: no grant is recorded in lease.grant_history (lease.configure_history);
+--                        NULL or true: every grant is (the default)
+--   history_retention    lease.purge removes the history of grants that ended longer ago; NULL: 30 days
 CREATE TABLE lease.settings (
     singleton           boolean NOT NULL DEFAULT true CHECK (singleton),
     max_ttl             interval,
     failover_quarantine interval,
     min_epoch           bigint NOT NULL DEFAULT 0,
     min_epoch_timeline  bigint NOT NULL DEFAULT 1,
+    history             boolean,
+    history_retention   interval,
     CONSTRAINT settings_pkey PRIMARY KEY (singleton)
 );
 
 COMMENT ON TABLE lease.settings IS
     'pg_lease settings of the installing role (lease.configure, lease.raise_min_epoch); internal';
+
+-- The history of grants (lease.history): one row per grant made while the history is on, written
+-- by the grant in the same transaction, so a committed grant has its row and a rolled-back one has
+-- none. Renewals and releases write nothing: how a grant ended is read from the next grant's row
+-- (prior_*, copied from the key's row when that grant took it) or, for the current grant, from the
+-- key's row itself. Only the ends that no later grant can tell are written where they happen: by
+-- lease.force_release ('forced'), lease.transfer ('transferred') and lease.purge (the end of a key's
+-- last grant, before its row goes). Rows of grants that ended more than history_retention ago are
+-- removed by lease.purge.
+--   granted_at        when the grant was made; NULL for the grants held when the history began
+--                     (the upgrade to 0.9.0 records them)
+--   data              the grant's data when it was granted
+--   prior_*           the end of the key's grant before this one, as in lease.leases
+--   ended_by,         the end of this grant, when written where it happened (see above)
+--   ended_at,
+--   final_expires_at
+-- The primary key orders a key's grants by epoch; purge finds ended grants through it.
+CREATE TABLE lease.grant_history (
+    key              text COLLATE "C" NOT NULL,
+    epoch            bigint NOT NULL,
+    owner            text NOT NULL,
+    holder_role      text,
+    granted_at       timestamptz,
+    data             text,
+    prior_epoch      bigint,
+    prior_ended_at   timestamptz,
+    prior_expires_at timestamptz,
+    prior_ended_by   text,
+    ended_by         text,
+    ended_at         timestamptz,
+    final_expires_at timestamptz,
+    CONSTRAINT grant_history_pkey PRIMARY KEY (key, epoch)
+);
+
+COMMENT ON TABLE lease.grant_history IS
+    'pg_lease history of grants, one row per grant; internal: read it with lease.history';
 
 -- Where the failover quarantine of the current timeline began: t * 2^32 + s, t the WAL timeline and
 -- s the start in Unix seconds. A sequence, because setval is not undone by a rollback: the call that
@@ -172,14 +223,18 @@ SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
 SELECT pg_catalog.pg_extension_config_dump('lease.epoch_floor', 'WHERE NOT sentinel');
 -- pglease:extension-only
 SELECT pg_catalog.pg_extension_config_dump('lease.settings', '');
+-- pglease:extension-only
+SELECT pg_catalog.pg_extension_config_dump('lease.grant_history', '');
 
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 REVOKE ALL ON TABLE lease.epoch_floor FROM PUBLIC;
 REVOKE ALL ON TABLE lease.settings FROM PUBLIC;
+REVOKE ALL ON TABLE lease.grant_history FROM PUBLIC;
 REVOKE ALL ON SEQUENCE lease.quarantine_mark FROM PUBLIC;
 -- The installing role may dump the state (pg_dump reads the tables) and restore it (COPY into them).
 -- It can reset every epoch anyway (DROP EXTENSION); no other role can read or write the tables.
-GRANT SELECT, INSERT ON TABLE lease.leases, lease.epoch_floor, lease.settings TO @extowner@;
+GRANT SELECT, INSERT ON TABLE lease.leases, lease.epoch_floor, lease.settings, lease.grant_history
+    TO @extowner@;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Input validation (error paths only)
@@ -542,6 +597,11 @@ DECLARE
     v_quarantine interval;       -- the failover quarantine's length (lease.configure); NULL: off
     v_quarantined timestamptz;   -- in a failover quarantine until then: no new grant (§8.4)
     v_role text;                 -- the role of the current grant
+    v_no_history boolean;        -- the history is off (lease.configure_history); NULL: on
+    v_prior_epoch bigint;        -- how the grant before this one ended (lease.leases.prior_*)
+    v_prior_ended_at timestamptz;
+    v_prior_expires_at timestamptz;
+    v_prior_ended_by text;
 BEGIN
     -- The common case first, in one expression: an owner of 1..1024 bytes, a ttl in (0, 365 days], no
     -- wait, data of at most 8192 bytes (lengths of durations in seconds, as everywhere: EXTRACT(epoch
@@ -568,8 +628,8 @@ BEGIN
         v_timeline := lease._timeline();
         SELECT GREATEST((v_timeline - 1) * 1099511627776,
                         s.min_epoch + GREATEST(v_timeline - s.min_epoch_timeline, 0) * 1099511627776),
-               s.max_ttl, s.failover_quarantine
-          INTO v_floor, v_max_ttl, v_quarantine
+               s.max_ttl, s.failover_quarantine, s.history IS NOT DISTINCT FROM false
+          INTO v_floor, v_max_ttl, v_quarantine, v_no_history
           FROM (SELECT) AS t
           LEFT JOIN lease.settings AS s ON true;
         IF v_quarantine IS NOT NULL THEN
@@ -652,6 +712,9 @@ BEGIN
     LOOP
         -- A FREE or LAPSED key: grant it with the next epoch. The row lock taken here is the only one
         -- acquire ever takes; a concurrent grant makes this UPDATE re-check the row and skip it.
+        -- The row keeps how the grant before ended (prior_*, for the history): a FREE row's was
+        -- released (or forced) at expires_at with its last expiry in prior_expires_at, a LAPSED
+        -- row's lapsed at its expiry.
         -- (Not during a failover quarantine: then only the caller's own grant is returned, below.)
         -- The clock is read inline, so that PostgreSQL's re-check of a row changed by a concurrent
         -- commit re-reads it. v_done: the expiry was computed by a clock read no more than 1 ms before
@@ -664,22 +727,35 @@ BEGIN
                             + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second',
                waiting = false,
                data = acquire.data,
-               holder_role = SESSION_USER
+               holder_role = SESSION_USER,
+               prior_epoch = CASE WHEN l.owner IS NULL THEN l.epoch - 1 ELSE l.epoch END,
+               prior_ended_at = l.expires_at,
+               prior_expires_at = CASE WHEN l.owner IS NULL THEN l.prior_expires_at ELSE l.expires_at END,
+               prior_ended_by = CASE WHEN l.owner IS NULL THEN 'released' ELSE 'lapsed' END
          WHERE l.key = acquire.key
            AND (l.owner IS NULL OR l.expires_at <= pg_catalog.clock_timestamp())
            AND v_quarantined IS NULL
         RETURNING true, l.epoch, l.expires_at,
                   l.expires_at - pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second'
                       >= pg_catalog.clock_timestamp() - interval '1 millisecond',
-                  l.watched_until > pg_catalog.clock_timestamp()
-             INTO r.acquired, r.epoch, r.expires_at, v_done, v_watched;
-        IF v_watched THEN
-            PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
-        END IF;
-        IF v_done THEN
-            RETURN r;                        -- granted (the common case)
-        END IF;
+                  l.watched_until > pg_catalog.clock_timestamp(),
+                  l.prior_epoch, l.prior_ended_at, l.prior_expires_at, l.prior_ended_by
+             INTO r.acquired, r.epoch, r.expires_at, v_done, v_watched,
+                  v_prior_epoch, v_prior_ended_at, v_prior_expires_at, v_prior_ended_by;
         IF FOUND THEN
+            IF v_no_history IS NOT TRUE THEN
+                INSERT INTO lease.grant_history (key, epoch, owner, holder_role, granted_at, data,
+                    prior_epoch, prior_ended_at, prior_expires_at, prior_ended_by)
+                VALUES (acquire.key, r.epoch, acquire.owner, SESSION_USER,
+                        r.expires_at - pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second',
+                        acquire.data, v_prior_epoch, v_prior_ended_at, v_prior_expires_at, v_prior_ended_by);
+            END IF;
+            IF v_watched THEN
+                PERFORM pg_catalog.pg_notify('pg_lease_changed', acquire.key);
+            END IF;
+            IF v_done THEN
+                RETURN r;                    -- granted (the common case)
+            END IF;
             v_locked_at := pg_catalog.clock_timestamp();
             EXIT;                            -- granted after a wait for the row lock: see below
         END IF;
@@ -757,6 +833,10 @@ BEGIN
         RETURNING true, l.epoch, l.expires_at, pg_catalog.clock_timestamp()
              INTO r.acquired, r.epoch, r.expires_at, v_locked_at;
         IF FOUND THEN
+            IF v_no_history IS NOT TRUE THEN
+                INSERT INTO lease.grant_history (key, epoch, owner, holder_role, granted_at, data)
+                VALUES (acquire.key, r.epoch, acquire.owner, SESSION_USER, v_now, acquire.data);
+            END IF;
             -- Granted. An INSERT that waited (for a concurrent creator of the key that rolled back)
             -- counts the ttl from the end of that wait, below.
             EXIT WHEN v_locked_at - v_now > interval '1 millisecond';
@@ -772,6 +852,9 @@ BEGIN
        SET expires_at = v_locked_at + pg_catalog.date_part('epoch', acquire.ttl) * interval '1 second'
      WHERE l.key = acquire.key
     RETURNING l.expires_at INTO r.expires_at;
+    UPDATE lease.grant_history AS h
+       SET granted_at = v_locked_at
+     WHERE h.key = acquire.key AND h.epoch = r.epoch;
     RETURN r;
 END
 $$;
@@ -989,7 +1072,7 @@ $$;
 -- as release does — the key's counter moves to epoch + 1, a registered waiter and a watcher are
 -- notified, the data is cleared — and returns the epoch it ended; NULL, changing nothing, when the
 -- key is not HELD. The ended holder's next renew or release reports not_owner and its fence raises
--- LE001. Written to the server log. Waits for a transition of the key in flight and judges its
+-- LE001. Recorded in the history as 'forced'. Written to the server log. Waits for a transition of the key in flight and judges its
 -- result. The installing role's (grantable: the admin right of docs/SEMANTICS.md §11).
 -- 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
@@ -1004,6 +1087,8 @@ DECLARE
     v_role text;
     v_waiting boolean;
     v_watched boolean;
+    v_ended_at timestamptz;
+    v_expired_at timestamptz;    -- the expiry the ended grant had
 BEGIN
     IF (force_release.key <> '' AND pg_catalog.octet_length(force_release.key) <= 1024) IS NOT TRUE THEN
         PERFORM lease._raise_invalid_input('lease.force_release',
@@ -1027,7 +1112,12 @@ BEGIN
            prior_expires_at = l.expires_at,
            data = NULL
      WHERE l.key = force_release.key
-    RETURNING l.waiting, l.watched_until > pg_catalog.clock_timestamp() INTO v_waiting, v_watched;
+    RETURNING l.waiting, l.watched_until > pg_catalog.clock_timestamp(), l.expires_at, l.prior_expires_at
+         INTO v_waiting, v_watched, v_ended_at, v_expired_at;
+    -- The history: a release is told by the next grant, an operator's end only here.
+    UPDATE lease.grant_history AS h
+       SET ended_by = 'forced', ended_at = v_ended_at, final_expires_at = v_expired_at
+     WHERE h.key = force_release.key AND h.epoch = force_release.epoch;
     IF v_waiting THEN
         PERFORM pg_catalog.pg_notify('pg_lease_released', force_release.key);
     END IF;
@@ -1042,6 +1132,105 @@ $$;
 
 REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.force_release(text) TO @extowner@ WITH GRANT OPTION;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease.transfer(key, owner, epoch, to_owner, ttl) -> (status, epoch, expires_at)
+--
+-- Contract: docs/SEMANTICS.md §12. The holder of (key, owner, epoch) hands the key to `to_owner` in
+-- one step: status 'ok' and to_owner holds it with the next epoch (the old one is fenced from this
+-- instant) until server time + ttl, granted to the session's login role, without data. There is no
+-- moment at which the key is FREE. Otherwise not_owner, lapsed or epoch_mismatch in renew's
+-- precedence, epoch and expires_at NULL, nothing changed. A registered waiter is notified on
+-- `pg_lease_released` (the successor, campaigning, finds itself the holder through acquire), a watcher
+-- on `pg_lease_changed`. Recorded in the history as 'transferred'. Allowed during a failover
+-- quarantine (the key is HELD here). 22023 on invalid input; 42501 as renew.
+-- ---------------------------------------------------------------------------------------------------
+CREATE TYPE lease.transfer_result AS (status text, epoch bigint, expires_at timestamptz);
+
+CREATE FUNCTION lease.transfer(key text, owner text, epoch bigint, to_owner text, ttl interval)
+RETURNS lease.transfer_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r lease.transfer_result;
+    v_timeline bigint := lease._timeline();
+    v_floor bigint;
+    v_no_history boolean;
+    v_owner text;
+    v_epoch bigint;
+    v_expires_at timestamptz;
+    v_role text;
+    v_waiting boolean;
+    v_watched boolean;
+    v_now timestamptz;
+BEGIN
+    PERFORM lease._check_grant_args('lease.transfer', transfer.key, transfer.owner, transfer.epoch,
+                                    transfer.ttl);
+    IF (transfer.to_owner <> '' AND pg_catalog.octet_length(transfer.to_owner) <= 1024
+        AND pg_catalog.date_part('epoch', transfer.ttl) > 0
+        AND pg_catalog.date_part('epoch', transfer.ttl) <= 31536000) IS NOT TRUE
+    THEN
+        PERFORM lease._raise_invalid_input('lease.transfer',
+            lease._text_violations('to_owner', transfer.to_owner, false, false)
+            || lease._interval_violations('ttl', transfer.ttl, true));
+    END IF;
+
+    -- The row lock waits for a transition in flight; the grant is judged on its result.
+    SELECT l.owner, l.epoch, l.expires_at, l.holder_role, l.waiting,
+           l.watched_until > pg_catalog.clock_timestamp()
+      INTO v_owner, v_epoch, v_expires_at, v_role, v_waiting, v_watched
+      FROM lease.leases AS l
+     WHERE l.key = transfer.key
+       FOR NO KEY UPDATE;
+    IF NOT FOUND OR v_owner IS DISTINCT FROM transfer.owner OR v_epoch <> transfer.epoch
+       OR v_expires_at <= pg_catalog.clock_timestamp() OR NOT lease._may_act_for(v_role)
+    THEN
+        r.status := lease._refusal('lease.transfer', transfer.key, transfer.owner, transfer.epoch);
+        RETURN r;                            -- (never 'ok': the row is locked, nothing changed it)
+    END IF;
+
+    -- The next epoch, never below the floor (as acquire: the timeline band and the min epoch).
+    SELECT GREATEST((v_timeline - 1) * 1099511627776,
+                    s.min_epoch + GREATEST(v_timeline - s.min_epoch_timeline, 0) * 1099511627776),
+           s.history IS NOT DISTINCT FROM false
+      INTO v_floor, v_no_history
+      FROM (SELECT) AS t
+      LEFT JOIN lease.settings AS s ON true;
+    v_now := pg_catalog.clock_timestamp();
+    UPDATE lease.leases AS l
+       SET owner = transfer.to_owner,
+           epoch = GREATEST(l.epoch + 1, v_floor),
+           expires_at = v_now + pg_catalog.date_part('epoch', transfer.ttl) * interval '1 second',
+           waiting = false,
+           data = NULL,
+           holder_role = SESSION_USER,
+           prior_epoch = l.epoch,
+           prior_ended_at = v_now,
+           prior_expires_at = l.expires_at,
+           prior_ended_by = 'transferred'
+     WHERE l.key = transfer.key
+    RETURNING 'ok', l.epoch, l.expires_at INTO r.status, r.epoch, r.expires_at;
+
+    UPDATE lease.grant_history AS h
+       SET ended_by = 'transferred', ended_at = v_now, final_expires_at = v_expires_at
+     WHERE h.key = transfer.key AND h.epoch = transfer.epoch;
+    IF v_no_history IS NOT TRUE THEN
+        INSERT INTO lease.grant_history (key, epoch, owner, holder_role, granted_at,
+            prior_epoch, prior_ended_at, prior_expires_at, prior_ended_by)
+        VALUES (transfer.key, r.epoch, transfer.to_owner, SESSION_USER, v_now,
+                transfer.epoch, v_now, v_expires_at, 'transferred');
+    END IF;
+    IF v_waiting THEN
+        PERFORM pg_catalog.pg_notify('pg_lease_released', transfer.key);
+    END IF;
+    IF v_watched THEN
+        PERFORM pg_catalog.pg_notify('pg_lease_changed', transfer.key);
+    END IF;
+    RETURN r;
+END
+$$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- lease.inspect(key) -> (held, owner, epoch, expires_at, data)
@@ -1121,6 +1310,92 @@ $$;
 -- LISTEN before calling this, so a release right after it cannot be missed. Takes the row lock only
 -- for the instant of setting the mark (in its own statement); the mark is cleared by the next grant.
 -- 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+-- lease.history(key, since DEFAULT NULL, owner DEFAULT NULL, max_rows DEFAULT 100)
+--   -> SETOF (epoch, owner, holder_role, granted_at, expires_at, ended_at, ended_by, data)
+--
+-- Contract: docs/SEMANTICS.md §12. The grants of `key` recorded in the history, in epoch order: the
+-- latest max_rows (1..10000) of those still current at `since` or later (NULL: all) and, when given,
+-- made to `owner`. expires_at is the expiry a grant had when it ended (the current one's now);
+-- ended_by is NULL while the grant is HELD, else 'released', 'lapsed' (ended_at is its expiry,
+-- shown as soon as it passes), 'forced', 'transferred', or 'unrecorded' (it ended while the history
+-- was off; ended_at NULL). granted_at is NULL for a grant held when the history began. The current
+-- grant is judged as of now by the server clock, as lease.inspect judges it (advisory: no lock); an
+-- end read from a later grant or written where it happened is final. 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE TYPE lease.history_entry AS (
+    epoch bigint, owner text, holder_role text, granted_at timestamptz, expires_at timestamptz,
+    ended_at timestamptz, ended_by text, data text);
+
+CREATE FUNCTION lease.history(
+    key text, since timestamptz DEFAULT NULL, owner text DEFAULT NULL, max_rows integer DEFAULT 100)
+RETURNS SETOF lease.history_entry
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (history.key <> '' AND pg_catalog.octet_length(history.key) <= 1024
+        AND (history.owner IS NULL OR (history.owner <> ''
+                                       AND pg_catalog.octet_length(history.owner) <= 1024))
+        AND history.max_rows >= 1 AND history.max_rows <= 10000) IS NOT TRUE
+    THEN
+        PERFORM lease._raise_invalid_input('lease.history',
+            lease._text_violations('key', history.key, false, false)
+            || lease._text_violations('owner', history.owner, true, false)
+            || lease._slot_count_violations('max_rows', history.max_rows));
+    END IF;
+    RETURN QUERY
+    WITH cur AS (
+        -- The key's row now: its current grant, or how its last one ended.
+        SELECT l.owner IS NULL AS free, l.epoch, l.expires_at, l.prior_expires_at,
+               l.expires_at > pg_catalog.clock_timestamp() AS unexpired
+          FROM lease.leases AS l
+         WHERE l.key = history.key
+    ), recorded AS (
+        SELECT h.*,
+               pg_catalog.lead(h.prior_epoch) OVER w AS next_prior_epoch,
+               pg_catalog.lead(h.prior_ended_at) OVER w AS next_prior_ended_at,
+               pg_catalog.lead(h.prior_expires_at) OVER w AS next_prior_expires_at,
+               pg_catalog.lead(h.prior_ended_by) OVER w AS next_prior_ended_by
+          FROM lease.grant_history AS h
+         WHERE h.key = history.key
+        WINDOW w AS (ORDER BY h.epoch)
+    ), judged AS (
+        SELECT r.epoch, r.owner, r.holder_role, r.granted_at, r.data,
+               CASE WHEN r.ended_by IS NOT NULL THEN r.ended_by
+                    WHEN r.next_prior_epoch = r.epoch THEN r.next_prior_ended_by
+                    WHEN NOT c.free AND c.epoch = r.epoch THEN
+                         CASE WHEN c.unexpired THEN NULL ELSE 'lapsed' END
+                    WHEN c.free AND c.epoch = r.epoch + 1 THEN 'released'
+                    ELSE 'unrecorded' END AS ended_by,
+               CASE WHEN r.ended_by IS NOT NULL THEN r.ended_at
+                    WHEN r.next_prior_epoch = r.epoch THEN r.next_prior_ended_at
+                    WHEN NOT c.free AND c.epoch = r.epoch THEN
+                         CASE WHEN c.unexpired THEN NULL ELSE c.expires_at END
+                    WHEN c.free AND c.epoch = r.epoch + 1 THEN c.expires_at
+                    END AS ended_at,
+               CASE WHEN r.ended_by IS NOT NULL THEN r.final_expires_at
+                    WHEN r.next_prior_epoch = r.epoch THEN r.next_prior_expires_at
+                    WHEN NOT c.free AND c.epoch = r.epoch THEN c.expires_at
+                    WHEN c.free AND c.epoch = r.epoch + 1 THEN c.prior_expires_at
+                    END AS expires_at
+          FROM recorded AS r
+          LEFT JOIN cur AS c ON true
+    ), chosen AS (
+        SELECT j.*
+          FROM judged AS j
+         WHERE (history.since IS NULL OR j.ended_at IS NULL OR j.ended_at >= history.since)
+           AND (history.owner IS NULL OR j.owner = history.owner)
+         ORDER BY j.epoch DESC
+         LIMIT history.max_rows
+    )
+    SELECT c.epoch, c.owner, c.holder_role, c.granted_at, c.expires_at, c.ended_at, c.ended_by, c.data
+      FROM chosen AS c
+     ORDER BY c.epoch;
+END
+$$;
+
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.register_waiter(
     key text,
@@ -1809,7 +2084,8 @@ $$;
 --
 -- Deletes the rows of keys that have been FREE or LAPSED for longer than `older_than` (FREE: since the
 -- release; LAPSED: since the expiry) and returns how many it deleted. HELD keys are never touched,
--- nor watched ones (lease.watch: the mark would go with the row).
+-- nor watched ones (lease.watch: the mark would go with the row). Also deletes the history of grants
+-- that ended more than history_retention ago (lease.configure_history; 30 days by default).
 -- Before deleting, it raises the epoch floor to the largest epoch it removes, so a purged key that is
 -- acquired again starts above every epoch it ever had: epochs never go back. Waits for transactions
 -- that are creating new keys (and they for it). Executable by the role that installed the extension,
@@ -1829,15 +2105,33 @@ DECLARE
     v_purged bigint;
     v_max_epoch bigint;
     v_floor bigint;
+    v_cutoff timestamptz;        -- the history of grants that ended before it goes
 BEGIN
     IF v_older_s IS NULL OR NOT (v_older_s >= 0 AND v_older_s <= 31536000) THEN
         PERFORM lease._raise_invalid_input('lease.purge',
             lease._interval_violations('older_than', purge.older_than, false));
     END IF;
 
+    -- The history of grants that ended more than history_retention ago, first and without the
+    -- epoch-floor lock (taken below and held to the commit): a long delete must not hold up the
+    -- creation of new keys. A grant ended before a later grant of its key began, so a later grant
+    -- made before the cutoff shows that a row is old enough; an end written where it happened
+    -- (forced, transferred, a purged key's last grant) says it directly. Grants write only new
+    -- rows, so this delete waits for none of them.
+    SELECT pg_catalog.clock_timestamp()
+           - COALESCE(pg_catalog.max(s.history_retention), interval '30 days')
+      INTO v_cutoff
+      FROM lease.settings AS s;
+    DELETE FROM lease.grant_history AS h
+     WHERE h.ended_at < v_cutoff
+        OR EXISTS (SELECT FROM lease.grant_history AS n
+                    WHERE n.key = h.key AND n.epoch > h.epoch AND n.granted_at < v_cutoff);
+
     -- Excludes key creation (FOR KEY SHARE on the sentinel) and other purges until we commit.
     PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR UPDATE;
 
+    -- The rows go, and with them what the history reads of their last grant's end: it is written
+    -- into that grant's history row first.
     WITH idle AS (
         SELECT l.key
           FROM lease.leases AS l
@@ -1849,7 +2143,16 @@ BEGIN
         DELETE FROM lease.leases AS l
          USING idle
          WHERE l.key = idle.key
-        RETURNING l.epoch
+        RETURNING l.key, l.owner IS NULL AS released, l.epoch, l.expires_at, l.prior_expires_at
+    ), ended AS (
+        UPDATE lease.grant_history AS h
+           SET ended_by = CASE WHEN g.released THEN 'released' ELSE 'lapsed' END,
+               ended_at = g.expires_at,
+               final_expires_at = CASE WHEN g.released THEN g.prior_expires_at ELSE g.expires_at END
+          FROM gone AS g
+         WHERE h.key = g.key
+           AND h.epoch = CASE WHEN g.released THEN g.epoch - 1 ELSE g.epoch END
+           AND h.ended_by IS NULL
     )
     SELECT pg_catalog.count(*), pg_catalog.max(gone.epoch) INTO v_purged, v_max_epoch FROM gone;
 
@@ -1866,17 +2169,19 @@ REVOKE ALL ON FUNCTION lease.purge(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.purge(interval) TO @extowner@ WITH GRANT OPTION;
 
 -- ---------------------------------------------------------------------------------------------------
--- lease.configuration() -> (max_ttl, failover_quarantine, timeline, quarantine_until, min_epoch)
+-- lease.configuration() -> (max_ttl, failover_quarantine, timeline, quarantine_until, min_epoch,
+--                          history, history_retention)
 --
 -- Contract: docs/SEMANTICS.md §8.4-8.5. The installing role's settings as they apply now: the ttl cap
 -- and the quarantine length (NULL: none), the server's WAL timeline, the end of the current failover
 -- quarantine (NULL when none is configured or none began on this timeline; in the past when over), and
--- the least epoch a grant gets now (the timeline band or the min epoch, whichever is higher). Reads
--- only: it never starts a quarantine.
+-- the least epoch a grant gets now (the timeline band or the min epoch, whichever is higher), whether
+-- grants are recorded in the history and for how long purge keeps an ended grant's. Reads only: it
+-- never starts a quarantine.
 -- ---------------------------------------------------------------------------------------------------
 CREATE TYPE lease.configuration_result AS (
     max_ttl interval, failover_quarantine interval, timeline bigint,
-    quarantine_until timestamptz, min_epoch bigint);
+    quarantine_until timestamptz, min_epoch bigint, history boolean, history_retention interval);
 
 CREATE FUNCTION lease.configuration()
 RETURNS lease.configuration_result
@@ -1889,8 +2194,9 @@ DECLARE
 BEGIN
     SELECT s.max_ttl, s.failover_quarantine, t.t,
            GREATEST((t.t - 1) * 1099511627776,
-                    s.min_epoch + GREATEST(t.t - s.min_epoch_timeline, 0) * 1099511627776)
-      INTO r.max_ttl, r.failover_quarantine, r.timeline, r.min_epoch
+                    s.min_epoch + GREATEST(t.t - s.min_epoch_timeline, 0) * 1099511627776),
+           s.history IS DISTINCT FROM false, COALESCE(s.history_retention, interval '30 days')
+      INTO r.max_ttl, r.failover_quarantine, r.timeline, r.min_epoch, r.history, r.history_retention
       FROM (SELECT lease._timeline() AS t) AS t
       LEFT JOIN lease.settings AS s ON true;
     r.quarantine_until := lease._quarantine_end(r.timeline, r.failover_quarantine, false);
@@ -1977,6 +2283,49 @@ REVOKE ALL ON FUNCTION lease.configure(interval, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.configure(interval, interval) TO @extowner@ WITH GRANT OPTION;
 
 -- ---------------------------------------------------------------------------------------------------
+-- lease.configure_history(enabled DEFAULT NULL, retention DEFAULT NULL) -> lease.configuration()
+--
+-- Contract: docs/SEMANTICS.md §12. Turns the recording of grants in the history on or off (on by
+-- default) and sets how long lease.purge keeps the history of a grant after it ended (30 days by
+-- default; in [1 second, 3650 days]); NULL keeps the current value. Off: grants are no longer
+-- recorded (acquire then reads the settings on every call); the grants already recorded are kept and
+-- still completed where their end is written (forced, transferred, purge). Applies to every call
+-- that starts after this commits. 22023 on invalid input, changing nothing. EXECUTE: the installing
+-- role only (it may grant it on).
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease.configure_history(enabled boolean DEFAULT NULL, retention interval DEFAULT NULL)
+RETURNS lease.configuration_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF configure_history.retention IS NOT NULL
+       AND (pg_catalog.date_part('epoch', configure_history.retention) >= 1
+            AND pg_catalog.date_part('epoch', configure_history.retention) <= 315360000) IS NOT TRUE
+    THEN
+        PERFORM lease._raise_invalid_input('lease.configure_history',
+            ARRAY['retention must be in [1 second, 3650 days] (got ' || configure_history.retention || ')']);
+    END IF;
+    IF configure_history.enabled IS NULL AND configure_history.retention IS NULL THEN
+        RETURN lease.configuration();        -- nothing to change: no settings row is created
+    END IF;
+    -- One configuration at a time, as lease.configure. A settings row that only says "on with the
+    -- default retention" is still a row: acquire's common path needs lease.settings empty.
+    INSERT INTO lease.settings AS s (singleton, history, history_retention)
+    VALUES (true, NULLIF(configure_history.enabled, true), configure_history.retention)
+    ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
+       SET history = CASE WHEN configure_history.enabled IS NULL THEN s.history
+                          ELSE NULLIF(configure_history.enabled, true) END,
+           history_retention = COALESCE(configure_history.retention, s.history_retention);
+    RETURN lease.configuration();
+END
+$$;
+
+REVOKE ALL ON FUNCTION lease.configure_history(boolean, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.configure_history(boolean, interval) TO @extowner@ WITH GRANT OPTION;
+
+-- ---------------------------------------------------------------------------------------------------
 -- lease.high_water() -> bigint
 --
 -- Contract: docs/SEMANTICS.md §8.5. An epoch at least as high as every epoch this database granted or
@@ -2040,7 +2389,7 @@ CREATE FUNCTION lease.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.8.0'::text $$;
+AS $$ SELECT '0.9.0'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Who may call the API: every role, by default. The grant is made by the installing role (through a
