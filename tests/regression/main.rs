@@ -10,6 +10,7 @@ mod data;
 mod docs;
 mod extension;
 mod fence;
+mod history;
 mod installcheck;
 mod installer;
 mod invalid_input;

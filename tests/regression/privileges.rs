@@ -173,9 +173,11 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
             "acquire_slot",
             "configuration",
             "configure",
+            "configure_history",
             "fence",
             "force_release",
             "high_water",
+            "history",
             "inspect",
             "list",
             "list_slots",
@@ -187,6 +189,7 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
             "renew",
             "renew_many",
             "slot_key",
+            "transfer",
             "watch"
         ]
     );

@@ -317,7 +317,8 @@ BEGIN
                   || 'wait and older_than are in [0, 365 days]; epoch is not NULL; '
                   || 'data is at most 8192 bytes; a semaphore name is at most 1018 bytes and '
                   || 'max_holders and slot are in [1, 10000]; renew_many takes at most 100000 distinct keys; '
-                  || 'ttl is at most max_ttl when lease.configure set one.';
+                  || 'ttl is at most max_ttl when lease.configure set one; lease.history returns 1 to '
+                  || '10000 rows; a history retention is in [1 second, 3650 days].';
 END
 $$;
 
@@ -1136,7 +1137,7 @@ GRANT EXECUTE ON FUNCTION lease.force_release(text) TO @extowner@ WITH GRANT OPT
 -- ---------------------------------------------------------------------------------------------------
 -- lease.transfer(key, owner, epoch, to_owner, ttl) -> (status, epoch, expires_at)
 --
--- Contract: docs/SEMANTICS.md §12. The holder of (key, owner, epoch) hands the key to `to_owner` in
+-- Contract: docs/SEMANTICS.md §15. The holder of (key, owner, epoch) hands the key to `to_owner` in
 -- one step: status 'ok' and to_owner holds it with the next epoch (the old one is fenced from this
 -- instant) until server time + ttl, granted to the session's login role, without data. There is no
 -- moment at which the key is FREE. Otherwise not_owner, lapsed or epoch_mismatch in renew's
@@ -1166,15 +1167,22 @@ DECLARE
     v_watched boolean;
     v_now timestamptz;
 BEGIN
-    PERFORM lease._check_grant_args('lease.transfer', transfer.key, transfer.owner, transfer.epoch,
-                                    transfer.ttl);
-    IF (transfer.to_owner <> '' AND pg_catalog.octet_length(transfer.to_owner) <= 1024
+    -- Invalid input: 22023 naming every violation (the ttl within the installing role's cap too).
+    IF (transfer.key <> '' AND pg_catalog.octet_length(transfer.key) <= 1024
+        AND transfer.owner <> '' AND pg_catalog.octet_length(transfer.owner) <= 1024
+        AND transfer.epoch IS NOT NULL
+        AND transfer.to_owner <> '' AND pg_catalog.octet_length(transfer.to_owner) <= 1024
         AND pg_catalog.date_part('epoch', transfer.ttl) > 0
-        AND pg_catalog.date_part('epoch', transfer.ttl) <= 31536000) IS NOT TRUE
+        AND pg_catalog.date_part('epoch', transfer.ttl) <= 31536000
+        AND pg_catalog.date_part('epoch', transfer.ttl) <= lease._ttl_cap_seconds()) IS NOT TRUE
     THEN
         PERFORM lease._raise_invalid_input('lease.transfer',
-            lease._text_violations('to_owner', transfer.to_owner, false, false)
-            || lease._interval_violations('ttl', transfer.ttl, true));
+            lease._text_violations('key', transfer.key, false, false)
+            || lease._text_violations('owner', transfer.owner, false, false)
+            || CASE WHEN transfer.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
+            || lease._text_violations('to_owner', transfer.to_owner, false, false)
+            || lease._interval_violations('ttl', transfer.ttl, true)
+            || lease._max_ttl_violations(transfer.ttl, (SELECT s.max_ttl FROM lease.settings AS s)));
     END IF;
 
     -- The row lock waits for a transition in flight; the grant is judged on its result.
@@ -1300,21 +1308,10 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
--- lease.register_waiter(key) -> (held, owner, epoch, expires_at, lapses_in)
---
--- For clients that wait without polling. If the key is held, marks it as awaited (so the holder's
--- release will notify channel `pg_lease_released` with the key as payload) and returns the holder,
--- its epoch and expiry, and lapses_in = expires_at - now on the server clock: the waiter sleeps until
--- the notification or until lapses_in has passed, whichever comes first, then tries to acquire.
--- If the key is not held (FREE, LAPSED or unknown) returns held = false and NULLs: try to acquire now.
--- LISTEN before calling this, so a release right after it cannot be missed. Takes the row lock only
--- for the instant of setting the mark (in its own statement); the mark is cleared by the next grant.
--- 22023 on invalid input.
--- ---------------------------------------------------------------------------------------------------
 -- lease.history(key, since DEFAULT NULL, owner DEFAULT NULL, max_rows DEFAULT 100)
 --   -> SETOF (epoch, owner, holder_role, granted_at, expires_at, ended_at, ended_by, data)
 --
--- Contract: docs/SEMANTICS.md §12. The grants of `key` recorded in the history, in epoch order: the
+-- Contract: docs/SEMANTICS.md §15. The grants of `key` recorded in the history, in epoch order: the
 -- latest max_rows (1..10000) of those still current at `since` or later (NULL: all) and, when given,
 -- made to `owner`. expires_at is the expiry a grant had when it ended (the current one's now);
 -- ended_by is NULL while the grant is HELD, else 'released', 'lapsed' (ended_at is its expiry,
@@ -1353,13 +1350,20 @@ BEGIN
           FROM lease.leases AS l
          WHERE l.key = history.key
     ), recorded AS (
+        -- Each grant with the next one's prior_* (how the next grant found it ended). Without an
+        -- owner filter only the latest max_rows grants are read (a backward scan of the primary
+        -- key): the grants still current at `since` are the latest ones, since a grant ends
+        -- before the next begins. With one, every grant of the key (within the retention).
         SELECT h.*,
                pg_catalog.lead(h.prior_epoch) OVER w AS next_prior_epoch,
                pg_catalog.lead(h.prior_ended_at) OVER w AS next_prior_ended_at,
                pg_catalog.lead(h.prior_expires_at) OVER w AS next_prior_expires_at,
                pg_catalog.lead(h.prior_ended_by) OVER w AS next_prior_ended_by
-          FROM lease.grant_history AS h
-         WHERE h.key = history.key
+          FROM (SELECT g.*
+                  FROM lease.grant_history AS g
+                 WHERE g.key = history.key
+                 ORDER BY g.epoch DESC
+                 LIMIT CASE WHEN history.owner IS NULL THEN history.max_rows END) AS h
         WINDOW w AS (ORDER BY h.epoch)
     ), judged AS (
         SELECT r.epoch, r.owner, r.holder_role, r.granted_at, r.data,
@@ -1385,7 +1389,8 @@ BEGIN
     ), chosen AS (
         SELECT j.*
           FROM judged AS j
-         WHERE (history.since IS NULL OR j.ended_at IS NULL OR j.ended_at >= history.since)
+         WHERE (history.since IS NULL OR j.ended_by IS NULL OR j.ended_at >= history.since
+                OR (j.ended_at IS NULL AND j.granted_at >= history.since))     -- unrecorded end
            AND (history.owner IS NULL OR j.owner = history.owner)
          ORDER BY j.epoch DESC
          LIMIT history.max_rows
@@ -1396,6 +1401,17 @@ BEGIN
 END
 $$;
 
+-- ---------------------------------------------------------------------------------------------------
+-- lease.register_waiter(key) -> (held, owner, epoch, expires_at, lapses_in)
+--
+-- For clients that wait without polling. If the key is held, marks it as awaited (so the holder's
+-- release will notify channel `pg_lease_released` with the key as payload) and returns the holder,
+-- its epoch and expiry, and lapses_in = expires_at - now on the server clock: the waiter sleeps until
+-- the notification or until lapses_in has passed, whichever comes first, then tries to acquire.
+-- If the key is not held (FREE, LAPSED or unknown) returns held = false and NULLs: try to acquire now.
+-- LISTEN before calling this, so a release right after it cannot be missed. Takes the row lock only
+-- for the instant of setting the mark (in its own statement); the mark is cleared by the next grant.
+-- 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.register_waiter(
     key text,
@@ -2114,18 +2130,23 @@ BEGIN
 
     -- The history of grants that ended more than history_retention ago, first and without the
     -- epoch-floor lock (taken below and held to the commit): a long delete must not hold up the
-    -- creation of new keys. A grant ended before a later grant of its key began, so a later grant
-    -- made before the cutoff shows that a row is old enough; an end written where it happened
-    -- (forced, transferred, a purged key's last grant) says it directly. Grants write only new
-    -- rows, so this delete waits for none of them.
+    -- creation of new keys. A grant ended before a later grant of its key began, so every grant of
+    -- a key below the latest one made before the cutoff is old enough (one pass over the table,
+    -- whatever the number of grants per key); an end written where it happened (forced,
+    -- transferred, a purged key's last grant) says it directly. Grants only add rows, and the rows
+    -- that transfer and force_release complete are current ones, which this never deletes: it
+    -- waits for none of them.
     SELECT pg_catalog.clock_timestamp()
            - COALESCE(pg_catalog.max(s.history_retention), interval '30 days')
       INTO v_cutoff
       FROM lease.settings AS s;
     DELETE FROM lease.grant_history AS h
-     WHERE h.ended_at < v_cutoff
-        OR EXISTS (SELECT FROM lease.grant_history AS n
-                    WHERE n.key = h.key AND n.epoch > h.epoch AND n.granted_at < v_cutoff);
+     USING (SELECT g.key, pg_catalog.max(g.epoch) AS epoch
+              FROM lease.grant_history AS g
+             WHERE g.granted_at < v_cutoff
+             GROUP BY g.key) AS later
+     WHERE h.key = later.key AND h.epoch < later.epoch;
+    DELETE FROM lease.grant_history AS h WHERE h.ended_at < v_cutoff;
 
     -- Excludes key creation (FOR KEY SHARE on the sentinel) and other purges until we commit.
     PERFORM FROM lease.epoch_floor AS f WHERE f.sentinel FOR UPDATE;
@@ -2285,7 +2306,7 @@ GRANT EXECUTE ON FUNCTION lease.configure(interval, interval) TO @extowner@ WITH
 -- ---------------------------------------------------------------------------------------------------
 -- lease.configure_history(enabled DEFAULT NULL, retention DEFAULT NULL) -> lease.configuration()
 --
--- Contract: docs/SEMANTICS.md §12. Turns the recording of grants in the history on or off (on by
+-- Contract: docs/SEMANTICS.md §15. Turns the recording of grants in the history on or off (on by
 -- default) and sets how long lease.purge keeps the history of a grant after it ended (30 days by
 -- default; in [1 second, 3650 days]); NULL keeps the current value. Off: grants are no longer
 -- recorded (acquire then reads the settings on every call); the grants already recorded are kept and
