@@ -296,6 +296,14 @@ async fn invalid_transfer_and_history_arguments_are_22023_naming_each_and_change
             vec!["max_rows"],
         ),
         (
+            format!("SELECT * FROM lease.history('{k}', '-1 second')"),
+            vec!["since"],
+        ),
+        (
+            format!("SELECT * FROM lease.history('{k}', '3651 days', '', -1)"),
+            vec!["since", "owner", "max_rows"],
+        ),
+        (
             format!("SELECT * FROM lease.history(NULL, NULL, NULL, NULL)"),
             vec!["key", "max_rows"],
         ),
@@ -323,6 +331,24 @@ async fn history_filters_by_owner_and_since_and_returns_the_latest_max_rows_in_e
     let k = key("history_filters", "k");
     let mut epochs = Vec::new();
     for owner in ["a", "b", "a", "b", "a"] {
+        if epochs.len() == 2 {
+            // A second of the server clock between the second grant's end and the third grant,
+            // for `since` below to fall between them whatever the machine's pace.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !c
+                .query_one(
+                    "SELECT clock_timestamp() > ended_at + interval '1 second'
+                       FROM lease.history($1) WHERE epoch = $2",
+                    &[&k, &epochs[1]],
+                )
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+            {
+                assert!(std::time::Instant::now() < deadline, "server clock stuck");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
         let e = grant(&c, &k, owner, "1 hour").await;
         assert_eq!(release(&c, &k, owner, e).await, "ok");
         epochs.push(e);
@@ -355,19 +381,14 @@ async fn history_filters_by_owner_and_since_and_returns_the_latest_max_rows_in_e
         epochs_of("SELECT epoch FROM lease.history($1, owner => 'a', max_rows => 1)").await,
         [epochs[4]]
     );
-    // since: the grants that ended at or after it (here: after the third grant's end).
-    let third_ended: std::time::SystemTime = c
-        .query_one(
-            "SELECT ended_at FROM lease.history($1) WHERE epoch = $2",
-            &[&k, &epochs[2]],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    // since: the grants that ended at most that long ago by the server clock (here: back to half
+    // a second after the second grant's end, so the third and later ones).
     let since: Vec<i64> = c
         .query(
-            "SELECT epoch FROM lease.history($1, since => $2)",
-            &[&k, &third_ended],
+            "SELECT epoch FROM lease.history($1, since => clock_timestamp()
+                        - (SELECT ended_at + interval '500 milliseconds'
+                             FROM lease.history($1) WHERE epoch = $2))",
+            &[&k, &epochs[1]],
         )
         .await
         .unwrap()
@@ -591,9 +612,12 @@ async fn configure_history_is_the_installing_roles_and_refuses_a_retention_out_o
         );
         assert!(settings(&su).await.is_empty(), "{bad} changed nothing");
     }
-    // Nothing to change: no settings row is written (acquire's short path needs none).
+    // Nothing to change — no argument, or "on" when it is on by default — writes no settings row
+    // (acquire's short path needs none).
     admin
-        .batch_execute("SELECT lease.configure_history()")
+        .batch_execute(
+            "SELECT lease.configure_history(); SELECT lease.configure_history(enabled => true)",
+        )
         .await
         .unwrap();
     assert!(settings(&su).await.is_empty());

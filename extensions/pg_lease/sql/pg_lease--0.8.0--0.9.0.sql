@@ -642,8 +642,9 @@ $$;
 --   -> SETOF (epoch, owner, holder_role, granted_at, expires_at, ended_at, ended_by, data)
 --
 -- Contract: docs/SEMANTICS.md §15. The grants of `key` recorded in the history, in epoch order: the
--- latest max_rows (1..10000) of those still current at `since` or later (NULL: all) and, when given,
--- made to `owner`. expires_at is the expiry a grant had when it ended (the current one's now);
+-- latest max_rows (1..10000) of those still current `since` ago by the server clock or later (a
+-- duration in [0, 3650 days]; NULL: all) and, when given, made to `owner`. (A duration, not a
+-- timestamp: no call takes a time from the client's clock.) expires_at is the expiry a grant had when it ended (the current one's now);
 -- ended_by is NULL while the grant is HELD, else 'released', 'lapsed' (ended_at is its expiry,
 -- shown as soon as it passes), 'forced', 'transferred', or 'unrecorded' (it ended while the history
 -- was off; ended_at NULL). granted_at is NULL for a grant held when the history began. The current
@@ -655,23 +656,33 @@ CREATE TYPE lease.history_entry AS (
     ended_at timestamptz, ended_by text, data text);
 
 CREATE FUNCTION lease.history(
-    key text, since timestamptz DEFAULT NULL, owner text DEFAULT NULL, max_rows integer DEFAULT 100)
+    key text, since interval DEFAULT NULL, owner text DEFAULT NULL, max_rows integer DEFAULT 100)
 RETURNS SETOF lease.history_entry
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_since timestamptz;         -- the grants that ended before it are left out
 BEGIN
     IF (history.key <> '' AND pg_catalog.octet_length(history.key) <= 1024
         AND (history.owner IS NULL OR (history.owner <> ''
                                        AND pg_catalog.octet_length(history.owner) <= 1024))
+        AND (history.since IS NULL OR (pg_catalog.date_part('epoch', history.since) >= 0
+                                       AND pg_catalog.date_part('epoch', history.since) <= 315360000))
         AND history.max_rows >= 1 AND history.max_rows <= 10000) IS NOT TRUE
     THEN
         PERFORM lease._raise_invalid_input('lease.history',
             lease._text_violations('key', history.key, false, false)
+            || CASE WHEN pg_catalog.date_part('epoch', history.since) >= 0
+                         AND pg_catalog.date_part('epoch', history.since) <= 315360000
+                         OR history.since IS NULL
+                    THEN '{}'::text[]
+                    ELSE ARRAY['since must be in [0, 3650 days] (got ' || history.since || ')'] END
             || lease._text_violations('owner', history.owner, true, false)
             || lease._slot_count_violations('max_rows', history.max_rows));
     END IF;
+    v_since := pg_catalog.clock_timestamp() - history.since;
     RETURN QUERY
     WITH cur AS (
         -- The key's row now: its current grant, or how its last one ended.
@@ -682,7 +693,7 @@ BEGIN
     ), recorded AS (
         -- Each grant with the next one's prior_* (how the next grant found it ended). Without an
         -- owner filter only the latest max_rows grants are read (a backward scan of the primary
-        -- key): the grants still current at `since` are the latest ones, since a grant ends
+        -- key): the grants still current at v_since are the latest ones, as a grant ends
         -- before the next begins. With one, every grant of the key (within the retention).
         SELECT h.*,
                pg_catalog.lead(h.prior_epoch) OVER w AS next_prior_epoch,
@@ -719,8 +730,8 @@ BEGIN
     ), chosen AS (
         SELECT j.*
           FROM judged AS j
-         WHERE (history.since IS NULL OR j.ended_by IS NULL OR j.ended_at >= history.since
-                OR (j.ended_at IS NULL AND j.granted_at >= history.since))     -- unrecorded end
+         WHERE (v_since IS NULL OR j.ended_by IS NULL OR j.ended_at >= v_since
+                OR (j.ended_at IS NULL AND j.granted_at >= v_since))           -- unrecorded end
            AND (history.owner IS NULL OR j.owner = history.owner)
          ORDER BY j.epoch DESC
          LIMIT history.max_rows
@@ -756,8 +767,10 @@ BEGIN
         PERFORM lease._raise_invalid_input('lease.configure_history',
             ARRAY['retention must be in [1 second, 3650 days] (got ' || configure_history.retention || ')']);
     END IF;
-    IF configure_history.enabled IS NULL AND configure_history.retention IS NULL THEN
-        RETURN lease.configuration();        -- nothing to change: no settings row is created
+    IF configure_history.enabled IS NOT FALSE AND configure_history.retention IS NULL
+       AND NOT EXISTS (SELECT FROM lease.settings AS s)
+    THEN
+        RETURN lease.configuration();        -- the defaults already: no settings row is created
     END IF;
     -- One configuration at a time, as lease.configure. A settings row that only says "on with the
     -- default retention" is still a row: acquire's common path needs lease.settings empty.
