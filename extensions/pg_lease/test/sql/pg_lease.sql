@@ -22,6 +22,12 @@ SELECT status FROM lease.release('smoke', 'worker-a', 1);
 SELECT held, epoch FROM lease.inspect('smoke');
 SELECT acquired, epoch FROM lease.acquire('smoke', 'worker-b', interval '30 seconds');
 SELECT key, held, owner, epoch FROM lease.list('smo');
+-- The history of grants, and a handover to a named successor with the next epoch.
+SELECT epoch, owner, ended_by FROM lease.history('smoke');
+SELECT status, epoch FROM lease.transfer('smoke', 'worker-b', 3, 'worker-c', interval '30 seconds');
+SELECT epoch, owner, ended_by, ended_at = (SELECT granted_at FROM lease.history('smoke') WHERE epoch = 4)
+       AS seamless
+  FROM lease.history('smoke');
 -- Refusals by SQLSTATE: invalid input (22023, nothing changed), a fenced-out former holder (LE001).
 \set VERBOSITY sqlstate
 SELECT * FROM lease.acquire('', 'worker-a', interval '0 seconds');
