@@ -251,6 +251,27 @@ async fn make_lease_state(db: &str) {
 /// What [`make_lease_state`] made, as found in `db`.
 async fn check_lease_state(db: &str, how: &str) {
     let c = server().connect_as(db, APP).await;
+    // The history of grants is restored with the leases (a purged key's included).
+    for (key, grants) in [
+        (
+            "purged",
+            &["1 released", "3 released", "5 released", "7 released"][..],
+        ),
+        ("kept", &["9 released"][..]),
+        ("held", &["9 held"][..]),
+    ] {
+        let history: Vec<String> = c
+            .query(
+                "SELECT format('%s %s', epoch, coalesce(ended_by, 'held')) FROM lease.history($1)",
+                &[&key],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(history, grants, "{how}: the history of {key} restored");
+    }
     assert_eq!(
         inspect(&c, "kept").await,
         Some((false, None, 10, None)),
