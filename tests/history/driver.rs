@@ -17,6 +17,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::checker::Violation;
 use crate::model::{Call, Commit, Micros, Op, Outcome, View};
+use crate::recorded::{self, Recorded};
 use crate::rng::Rng;
 
 /// Shape of a run. It ends when `duration` has passed or `ops` calls were recorded, whichever
@@ -59,6 +60,8 @@ pub struct Run {
     pub resolved: usize,
     /// The first server time seen (for relative timestamps in reports).
     pub base: Micros,
+    /// Every key's `lease.history`, read once the workload and every transaction had ended.
+    pub recorded: Vec<Recorded>,
 }
 
 /// The purger's client number in the history.
@@ -87,6 +90,13 @@ fn sql_release() -> String {
         "SELECT s.t0, r.status, clock_timestamp() FROM {SRC} \
          CROSS JOIN LATERAL lease.release($1::text || left(s.t0::text, 0), $2::text, $3::bigint) \
          AS r(status)"
+    )
+}
+fn sql_transfer() -> String {
+    format!(
+        "SELECT s.t0, r.status, r.epoch, r.expires_at, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.transfer($1::text || left(s.t0::text, 0), $2::text, $3::bigint, \
+         $4::text, $5::text::interval) AS r"
     )
 }
 fn sql_fence() -> String {
@@ -266,6 +276,7 @@ impl Conn {
                 ("acquire", sql_acquire()),
                 ("renew", sql_renew()),
                 ("release", sql_release()),
+                ("transfer", sql_transfer()),
                 ("fence", sql_fence()),
                 ("inspect", sql_inspect()),
                 ("register", sql_register()),
@@ -346,6 +357,26 @@ impl Conn {
                     let out = Outcome::Released { status: r.get(1) };
                     (out, us(r.get(0)), us(r.get(2)))
                 }),
+            Call::Transfer {
+                key,
+                owner,
+                epoch,
+                to_owner,
+                ttl_ms,
+            } => c
+                .query_one(
+                    &self.st["transfer"],
+                    &[key, owner, epoch, to_owner, &interval(*ttl_ms)],
+                )
+                .await
+                .map(|r| {
+                    let out = Outcome::Transferred {
+                        status: r.get(1),
+                        epoch: r.get(2),
+                        expires_at: r.get::<_, Option<SystemTime>>(3).map(us),
+                    };
+                    (out, us(r.get(0)), us(r.get(4)))
+                }),
             Call::Fence { key, owner, epoch } => c
                 .query_one(&self.st["fence"], &[key, owner, epoch])
                 .await
@@ -402,7 +433,7 @@ fn pick_key(rng: &mut Rng, keys: usize) -> String {
 }
 
 /// The login role of client `me`: two unrelated roles, alternating.
-fn role_of(me: usize) -> &'static str {
+pub fn role_of(me: usize) -> &'static str {
     if me.is_multiple_of(2) { APP } else { OTHER_APP }
 }
 
@@ -481,6 +512,20 @@ impl Worker {
                 ctx.hint(key, owner, *e);
                 self.remember(key, owner, *e);
             }
+            (
+                Call::Transfer {
+                    key,
+                    owner,
+                    to_owner,
+                    ..
+                },
+                Outcome::Transferred { epoch: Some(e), .. },
+            ) => {
+                // The successor is this client's now (to_owner is an owner of its role).
+                self.mine.retain(|(k, o, _)| !(k == key && o == owner));
+                ctx.hint(key, to_owner, *e);
+                self.remember(key, to_owner, *e);
+            }
             (Call::Inspect { key }, Outcome::Inspected(Some(v)))
             | (Call::RegisterWaiter { key }, Outcome::Registered(v)) => {
                 if let (true, Some(o), Some(e)) = (v.held, &v.owner, v.epoch) {
@@ -496,7 +541,10 @@ fn expected_sqlstate(call: &Call, code: &str) -> bool {
     match call {
         Call::Acquire { wait_ms, .. } => (code == "57014" && *wait_ms > 0) || code == "40P01",
         Call::Fence { .. } => matches!(code, "LE001" | "LE002" | "LE003" | "40P01"),
-        Call::Renew { .. } | Call::Release { .. } | Call::RegisterWaiter { .. } => code == "40P01",
+        Call::Renew { .. }
+        | Call::Release { .. }
+        | Call::Transfer { .. }
+        | Call::RegisterWaiter { .. } => code == "40P01",
         _ => false,
     }
 }
@@ -529,7 +577,17 @@ async fn single(ctx: &Ctx, cl: &mut Worker, conn: &mut Conn) -> bool {
                 let (key, owner, epoch) = cl.target(ctx);
                 Call::Release { key, owner, epoch }
             }
-            72..92 => Call::Inspect {
+            72..78 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Transfer {
+                    key,
+                    owner,
+                    epoch,
+                    to_owner: pick_owner(&mut cl.rng, cl.me, ctx.owners),
+                    ttl_ms: pick_ttl(&mut cl.rng),
+                }
+            }
+            78..92 => Call::Inspect {
                 key: pick_key(rng, ctx.keys),
             },
             _ => Call::RegisterWaiter {
@@ -628,9 +686,19 @@ async fn transaction(ctx: &Ctx, cl: &mut Worker, conn: &mut Conn) -> bool {
                     ttl_ms: pick_ttl(&mut cl.rng),
                 }
             }
-            65..80 => {
+            65..75 => {
                 let (key, owner, epoch) = cl.target(ctx);
                 Call::Release { key, owner, epoch }
+            }
+            75..81 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Transfer {
+                    key,
+                    owner,
+                    epoch,
+                    to_owner: pick_owner(&mut cl.rng, cl.me, ctx.owners),
+                    ttl_ms: pick_ttl(&mut cl.rng),
+                }
             }
             _ => {
                 let (key, owner, epoch) = cl.target(ctx);
@@ -1016,5 +1084,45 @@ pub async fn run(cfg: &Config) -> Run {
             _ => {}
         }
     }
+    run.recorded = read_history(&su, cfg.keys).await;
     run
+}
+
+/// Every key's `lease.history` (at most [`recorded::MAX_ROWS`] rows), with the server clock read
+/// just before and just after it.
+async fn read_history(su: &Client, keys: usize) -> Vec<Recorded> {
+    let mut out = Vec::with_capacity(keys);
+    for k in 0..keys {
+        let key = format!("k{k}");
+        let rows = su
+            .query(
+                "SELECT s.t0, h.epoch, h.owner, h.holder_role, h.granted_at, h.expires_at, \
+                        h.ended_at, h.ended_by, h.data, clock_timestamp() \
+                   FROM (SELECT clock_timestamp() AS t0 OFFSET 0) AS s \
+                   LEFT JOIN LATERAL lease.history($1::text || left(s.t0::text, 0), \
+                                                   max_rows => $2) AS h ON true",
+                &[&key, &recorded::MAX_ROWS],
+            )
+            .await
+            .expect("read lease.history");
+        let at = |r: &tokio_postgres::Row, i: usize| r.get::<_, Option<SystemTime>>(i).map(us);
+        let t0 = rows.first().and_then(|r| at(r, 0)).expect("t0");
+        let t1 = rows.iter().filter_map(|r| at(r, 9)).max().expect("t1");
+        let rows = rows
+            .iter()
+            .filter(|r| r.get::<_, Option<i64>>(1).is_some())
+            .map(|r| recorded::Row {
+                epoch: r.get(1),
+                owner: r.get(2),
+                holder_role: r.get(3),
+                granted_at: at(r, 4),
+                expires_at: at(r, 5),
+                ended_at: at(r, 6),
+                ended_by: r.get(7),
+                data: r.get(8),
+            })
+            .collect();
+        out.push(Recorded { key, t0, t1, rows });
+    }
+    out
 }

@@ -39,6 +39,7 @@ mod checker;
 mod driver;
 mod model;
 mod queue;
+mod recorded;
 mod rng;
 mod selftest;
 mod semaphore;
@@ -147,7 +148,13 @@ fn render(seed: u64, run: &Run, violations: &[Violation]) -> String {
     out
 }
 
-fn stats_line(cfg: &Config, run: &Run, report: &Report, checked_in: Duration) -> String {
+fn stats_line(
+    cfg: &Config,
+    run: &Run,
+    report: &Report,
+    recorded: &recorded::Report,
+    checked_in: Duration,
+) -> String {
     let s = &report.stats;
     let committed_tx = run
         .txs
@@ -157,9 +164,10 @@ fn stats_line(cfg: &Config, run: &Run, report: &Report, checked_in: Duration) ->
     format!(
         "{} ops in {:.1?} by {} clients on {} keys as {} owners, {} transactions ({} committed, {} \
          resolved by xid), {} backends terminated, {} paused; committed: {} grants, {} re-acquires, \
-         {} renews ok, {} releases ok, {} fences; {} reads, {} refusals; {} uncommitted writes \
-         ignored; {} ambiguous writes, {} failed checks excused by them; checked in {:.1?}: {} \
-         violations",
+         {} renews ok, {} releases ok, {} transfers ok, {} fences; {} reads, {} refusals; {} \
+         uncommitted writes ignored; {} ambiguous writes, {} failed checks excused by them; \
+         lease.history: {} grants recorded ({} released, {} transferred, {} lapsed, {} held), {} \
+         allowed by calls of unknown outcome; checked in {:.1?}: {} violations",
         run.ops.len(),
         run.elapsed,
         cfg.clients,
@@ -174,19 +182,27 @@ fn stats_line(cfg: &Config, run: &Run, report: &Report, checked_in: Duration) ->
         s.reacquires,
         s.ok_renews,
         s.ok_releases,
+        s.ok_transfers,
         s.fences,
         s.reads,
         s.refusals,
         s.ignored_uncommitted,
         s.ambiguous,
         report.excused.len(),
+        recorded.rows,
+        recorded.released,
+        recorded.transferred,
+        recorded.lapsed,
+        recorded.held,
+        recorded.allowed,
         checked_in,
-        report.violations.len() + run.tx_violations.len(),
+        report.violations.len() + run.tx_violations.len() + recorded.violations.len(),
     )
 }
 
 /// I1, I2, I3, I4, I5, I6, I7, I11, I12, I13 over a randomized concurrent history with aborted
-/// transactions, killed connections and purges.
+/// transactions, killed connections, purges and transfers; at the end, every key's `lease.history`
+/// must tell exactly what the workload did (`recorded.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs() {
     let seed = seed();
@@ -211,8 +227,11 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
     let run = driver::run(&cfg).await;
     let checking = std::time::Instant::now();
     let report = checker::check(&run.ops);
+    // The recorded lease.history of every key against the workload's log.
+    let recorded = recorded::check(&run.ops, &run.recorded, driver::role_of);
     let checked_in = checking.elapsed();
-    let stats_line = |run: &Run, report: &Report| stats_line(&cfg, run, report, checked_in);
+    let stats_line =
+        |run: &Run, report: &Report| stats_line(&cfg, run, report, &recorded, checked_in);
     say(&format!(
         "history: seed {seed}: {}",
         stats_line(&run, &report)
@@ -224,6 +243,7 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
     );
     let mut violations = run.tx_violations.clone();
     violations.extend(report.violations.iter().cloned());
+    violations.extend(recorded.violations.iter().cloned());
     assert!(violations.is_empty(), "{}", render(seed, &run, &violations));
 
     // The workload must actually have exercised what it claims to.
@@ -232,6 +252,10 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
         ("committed grants", s.committed_grants),
         ("ok renews", s.ok_renews),
         ("ok releases", s.ok_releases),
+        ("ok transfers", s.ok_transfers),
+        ("grants recorded as released", recorded.released),
+        ("grants recorded as transferred", recorded.transferred),
+        ("grants recorded as lapsed", recorded.lapsed),
         ("passed fences", s.fences),
         ("re-acquires", s.reacquires),
         ("refusals", s.refusals),
