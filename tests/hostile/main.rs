@@ -73,15 +73,20 @@ impl Db {
         }
     }
 
-    /// Every row of both tables, all columns, as text (the "nothing changed" snapshot). With
+    /// Every row of every table (the leases, the epoch floor, the grant history and the settings),
+    /// all columns, as text: the "nothing changed" snapshot, read as the superuser. With
     /// `with_waiting = false` the waiter mark (set by register_waiter) is left out.
     pub async fn state(&self, with_waiting: bool) -> Vec<String> {
         let sql = if with_waiting {
             "SELECT format('%s', l) FROM lease.leases l \
-             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f ORDER BY 1"
+             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f \
+             UNION ALL SELECT format('history %s', h) FROM lease.grant_history h \
+             UNION ALL SELECT format('settings %s', s) FROM lease.settings s ORDER BY 1"
         } else {
             "SELECT format('%s|%s|%s|%s', key, owner, epoch, expires_at) FROM lease.leases \
-             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f ORDER BY 1"
+             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f \
+             UNION ALL SELECT format('history %s', h) FROM lease.grant_history h \
+             UNION ALL SELECT format('settings %s', s) FROM lease.settings s ORDER BY 1"
         };
         self.su
             .query(sql, &[])
