@@ -537,15 +537,23 @@ DECLARE
     v_watched boolean;
     v_now timestamptz;
 BEGIN
-    PERFORM lease._check_grant_args('lease.transfer', transfer.key, transfer.owner, transfer.epoch,
-                                    transfer.ttl);
-    IF (transfer.to_owner <> '' AND pg_catalog.octet_length(transfer.to_owner) <= 1024
+    -- Invalid input: 22023 naming every violation, of every argument (the ttl also within the
+    -- installing role's cap), before anything is read or written.
+    IF (transfer.key <> '' AND pg_catalog.octet_length(transfer.key) <= 1024
+        AND transfer.owner <> '' AND pg_catalog.octet_length(transfer.owner) <= 1024
+        AND transfer.epoch IS NOT NULL
+        AND transfer.to_owner <> '' AND pg_catalog.octet_length(transfer.to_owner) <= 1024
         AND pg_catalog.date_part('epoch', transfer.ttl) > 0
-        AND pg_catalog.date_part('epoch', transfer.ttl) <= 31536000) IS NOT TRUE
+        AND pg_catalog.date_part('epoch', transfer.ttl) <= 31536000
+        AND pg_catalog.date_part('epoch', transfer.ttl) <= lease._ttl_cap_seconds()) IS NOT TRUE
     THEN
         PERFORM lease._raise_invalid_input('lease.transfer',
-            lease._text_violations('to_owner', transfer.to_owner, false, false)
-            || lease._interval_violations('ttl', transfer.ttl, true));
+            lease._text_violations('key', transfer.key, false, false)
+            || lease._text_violations('owner', transfer.owner, false, false)
+            || CASE WHEN transfer.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
+            || lease._text_violations('to_owner', transfer.to_owner, false, false)
+            || lease._interval_violations('ttl', transfer.ttl, true)
+            || lease._max_ttl_violations(transfer.ttl, (SELECT s.max_ttl FROM lease.settings AS s)));
     END IF;
 
     -- The row lock waits for a transition in flight; the grant is judged on its result.
