@@ -53,6 +53,7 @@ pub struct Stats {
     pub ok_renews: usize,
     pub ok_releases: usize,
     pub ok_transfers: usize,
+    pub forced: usize,
     pub fences: usize,
     pub reads: usize,
     pub refusals: usize,
@@ -141,6 +142,7 @@ fn well_formed(op: &Op, report: &mut Report) {
                 || v.held != v.now.is_some()
         }
         Outcome::Purged(n) => *n < 0,
+        Outcome::Forced(e) => e.is_some_and(|e| e < 1),
         _ => false,
     };
     if bad {
@@ -165,6 +167,8 @@ struct Lease<'a> {
     grant_txs: Vec<usize>,
     /// (instant, expiry, op id), the grant first, then committed ok renews by instant.
     versions: Vec<(Micros, Micros, usize)>,
+    /// The committed ok release, or the committed force_release, that ended it (the key's counter
+    /// moves to epoch + 1 either way).
     release: Option<&'a Op>,
     /// The committed ok transfer that ended it (granting the next epoch to its `to_owner`).
     transfer: Option<&'a Op>,
@@ -545,7 +549,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
         for o in &self.ops {
             if o.renewed().is_some() {
                 writes.push((o, o.write_time().expect("renew")));
-            } else if o.released()
+            } else if (o.released() || o.forced().is_some())
                 && let Some(t0) = o.t0
             {
                 writes.push((o, t0));
@@ -660,6 +664,41 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             if o.commit != Commit::Committed {
                 continue;
             }
+            if let Some(epoch) = o.forced() {
+                // An operator's end of whatever grant was held: like a release, without an owner.
+                self.report.stats.forced += 1;
+                match by_epoch.get(&epoch) {
+                    None => {
+                        let ex = self.excuse(o.t1.unwrap_or(Micros::MAX), |a| {
+                            a.call.grants()
+                                && (matches!(a.outcome, Outcome::Lost)
+                                    || a.granted().is_some_and(|(e, _)| e == epoch))
+                        });
+                        self.fail(
+                            "I3",
+                            format!("force_release ended epoch {epoch}, which no committed grant carries"),
+                            vec![o.id],
+                            ex,
+                        );
+                    }
+                    Some(&i) => match leases[i].release.or(leases[i].transfer) {
+                        Some(prev) => {
+                            let ids = vec![leases[i].op.id, prev.id, o.id];
+                            self.fail(
+                                "I3",
+                                format!(
+                                    "epoch {epoch} ended twice ({} and force_release)",
+                                    verb(prev)
+                                ),
+                                ids,
+                                None,
+                            );
+                        }
+                        None => leases[i].release = Some(o),
+                    },
+                }
+                continue;
+            }
             let (Some(owner), Some(epoch)) = (o.call.owner(), o.call.epoch()) else {
                 continue;
             };
@@ -771,7 +810,10 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 let ex = self.excuse(b.g_hi, |o| {
                     matches!(
                         o.call,
-                        Call::Acquire { .. } | Call::Release { .. } | Call::Transfer { .. }
+                        Call::Acquire { .. }
+                            | Call::Release { .. }
+                            | Call::Transfer { .. }
+                            | Call::ForceRelease { .. }
                     )
                 });
                 self.fail(
@@ -811,11 +853,12 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             let (x, vid) = a.expiry_before(b.g_hi);
             if x > b.g_hi {
                 let ex = self.excuse(b.g_hi, |o| {
-                    matches!(
+                    (matches!(
                         o.call,
                         Call::Renew { .. } | Call::Release { .. } | Call::Transfer { .. }
                     ) && o.call.owner() == Some(a.owner)
-                        && o.call.epoch() == Some(a.epoch)
+                        && o.call.epoch() == Some(a.epoch))
+                        || matches!(o.call, Call::ForceRelease { .. })
                 });
                 let mut ops = vec![a.op.id];
                 if vid != a.op.id {
@@ -905,7 +948,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
     fn check_releases_and_fences(&mut self, leases: &[Lease<'a>], by_epoch: &HashMap<i64, usize>) {
         for (i, l) in leases.iter().enumerate() {
             if let Some(rel) = l.release {
-                self.check_held_call(leases, i, rel, "release");
+                self.check_held_call(leases, i, rel, verb(rel));
             }
             if let Some(t) = l.transfer {
                 self.check_held_call(leases, i, t, "transfer");
@@ -1131,6 +1174,9 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             }
             if o.released() {
                 counters.extend(o.call.epoch().map(|e| e + 1));
+            }
+            if let Some(e) = o.forced() {
+                counters.insert(e + 1);
             }
         }
         // Committed grants in order of when a client learned they were committed, each with the
@@ -1428,6 +1474,7 @@ fn verb(o: &Op) -> &'static str {
         Call::Renew { .. } => "renew",
         Call::Release { .. } => "release",
         Call::Transfer { .. } => "transfer",
+        Call::ForceRelease { .. } => "force_release",
         Call::Fence { .. } => "fence",
         Call::Inspect { .. } => "inspect",
         Call::RegisterWaiter { .. } => "register_waiter",

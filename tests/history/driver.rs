@@ -66,6 +66,8 @@ pub struct Run {
 
 /// The purger's client number in the history.
 pub const PURGER: usize = usize::MAX;
+/// The client number of the operator that force-releases keys (as the installing role).
+pub const FORCER: usize = usize::MAX - 1;
 
 const SRC: &str = "(SELECT clock_timestamp() AS t0 OFFSET 0) AS s";
 // Each statement reads the server clock before the call (t0, in a subquery the call depends on) and
@@ -116,6 +118,12 @@ fn sql_register() -> String {
         "SELECT s.t0, w.held, w.owner, w.epoch, w.expires_at, w.expires_at - w.lapses_in, \
          clock_timestamp() FROM {SRC} \
          CROSS JOIN LATERAL lease.register_waiter($1::text || left(s.t0::text, 0)) AS w"
+    )
+}
+fn sql_force() -> String {
+    format!(
+        "SELECT s.t0, f.e, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.force_release($1::text || left(s.t0::text, 0)) AS f(e)"
     )
 }
 fn sql_purge() -> String {
@@ -281,8 +289,9 @@ impl Conn {
                 ("inspect", sql_inspect()),
                 ("register", sql_register()),
                 ("purge", sql_purge()),
+                ("force", sql_force()),
             ] {
-                if name == "purge" && role != ADMIN {
+                if matches!(name, "purge" | "force") && role != ADMIN {
                     continue;
                 }
                 match client.prepare(&sql).await {
@@ -413,6 +422,10 @@ impl Conn {
                     (Outcome::Registered(view), us(r.get(0)), us(r.get(6)))
                 })
             }
+            Call::ForceRelease { key } => c
+                .query_one(&self.st["force"], &[key])
+                .await
+                .map(|r| (Outcome::Forced(r.get(1)), us(r.get(0)), us(r.get(2)))),
             Call::Purge { older_than_ms } => c
                 .query_one(&self.st["purge"], &[&interval(*older_than_ms)])
                 .await
@@ -893,6 +906,58 @@ async fn purger(ctx: Arc<Ctx>, mut rng: Rng) {
     }
 }
 
+/// An operator (the installing role) ends whatever grant of a random key is held, now and then:
+/// `lease.force_release`, recorded in the history as 'forced'.
+async fn forcer(ctx: Arc<Ctx>, mut rng: Rng) {
+    let mut conn = Conn::open(&ctx, FORCER, ADMIN).await;
+    while ctx.running() {
+        tokio::time::sleep(ms(rng.range(150, 700))).await;
+        let call = Call::ForceRelease {
+            key: pick_key(&mut rng, ctx.keys),
+        };
+        let lo = conn.last;
+        let sent = ctx.now();
+        let res = conn.call(&call).await;
+        let done = ctx.now();
+        let mut op = Op {
+            id: 0,
+            client: FORCER,
+            tx: None,
+            call,
+            outcome: Outcome::Lost,
+            t0: None,
+            t1: None,
+            lo,
+            sent,
+            done,
+            commit: Commit::Committed,
+            visible_at: Some(done),
+        };
+        match res {
+            Ok((out, t0, t1)) => {
+                op.outcome = out;
+                op.t0 = Some(t0);
+                op.t1 = Some(t1);
+                op.lo = t0;
+            }
+            Err(Fail::Sql(code)) => {
+                ctx.unexpected(format!("force_release failed with {code}"));
+                op.outcome = Outcome::Failed(code);
+                op.commit = Commit::NotCommitted;
+                op.visible_at = None;
+            }
+            Err(Fail::Conn) => {
+                ctx.unexpected("the forcer's connection died".into());
+                op.commit = Commit::Ambiguous;
+                op.visible_at = None;
+                ctx.push(op);
+                return;
+            }
+        }
+        ctx.push(op);
+    }
+}
+
 /// Freezes a random client's backend (SIGSTOP) for 10–400 ms, then resumes it (SIGCONT): a
 /// process pause in the middle of whatever the backend was doing (a statement, a fenced
 /// transaction holding the key's row, an idle session), which the other clients wait out or see
@@ -1009,6 +1074,7 @@ pub async fn run(cfg: &Config) -> Run {
         )));
     }
     tasks.push(tokio::spawn(purger(ctx.clone(), root.fork(1001))));
+    tasks.push(tokio::spawn(forcer(ctx.clone(), root.fork(1004))));
     tasks.push(tokio::spawn(killer(ctx.clone(), root.fork(1002))));
     tasks.push(tokio::spawn(pauser(ctx.clone(), root.fork(1003))));
     tasks.push(tokio::spawn(progress(ctx.clone())));

@@ -166,7 +166,8 @@ fn stats_line(
          resolved by xid), {} backends terminated, {} paused; committed: {} grants, {} re-acquires, \
          {} renews ok, {} releases ok, {} transfers ok, {} fences; {} reads, {} refusals; {} \
          uncommitted writes ignored; {} ambiguous writes, {} failed checks excused by them; \
-         lease.history: {} grants recorded ({} released, {} transferred, {} lapsed, {} held), {} \
+         {} force_releases ended a grant; lease.history: {} grants recorded ({} released, {} \
+         forced, {} transferred, {} lapsed, {} held), {} \
          allowed by calls of unknown outcome; checked in {:.1?}: {} violations",
         run.ops.len(),
         run.elapsed,
@@ -189,8 +190,10 @@ fn stats_line(
         s.ignored_uncommitted,
         s.ambiguous,
         report.excused.len(),
+        s.forced,
         recorded.rows,
         recorded.released,
+        recorded.forced,
         recorded.transferred,
         recorded.lapsed,
         recorded.held,
@@ -201,7 +204,7 @@ fn stats_line(
 }
 
 /// I1, I2, I3, I4, I5, I6, I7, I11, I12, I13 over a randomized concurrent history with aborted
-/// transactions, killed connections, purges and transfers; at the end, every key's `lease.history`
+/// transactions, killed connections, purges, transfers and an operator's force_release; at the end, every key's `lease.history`
 /// must tell exactly what the workload did (`recorded.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs() {
@@ -253,7 +256,9 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
         ("ok renews", s.ok_renews),
         ("ok releases", s.ok_releases),
         ("ok transfers", s.ok_transfers),
+        ("force_releases that ended a grant", s.forced),
         ("grants recorded as released", recorded.released),
+        ("grants recorded as forced", recorded.forced),
         ("grants recorded as transferred", recorded.transferred),
         ("grants recorded as lapsed", recorded.lapsed),
         ("passed fences", s.fences),

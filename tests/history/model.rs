@@ -44,6 +44,8 @@ pub enum Call {
         owner: String,
         epoch: i64,
     },
+    /// `lease.force_release(key)` by the installing role: ends whatever grant of the key is held.
+    ForceRelease { key: String },
     /// `lease.inspect(key)`.
     Inspect { key: String },
     /// `lease.register_waiter(key)`.
@@ -61,6 +63,7 @@ impl Call {
             | Call::Release { key, .. }
             | Call::Transfer { key, .. }
             | Call::Fence { key, .. }
+            | Call::ForceRelease { key }
             | Call::Inspect { key }
             | Call::RegisterWaiter { key } => Some(key),
             Call::Purge { .. } => None,
@@ -123,6 +126,7 @@ impl Call {
                 | Call::Renew { .. }
                 | Call::Release { .. }
                 | Call::Transfer { .. }
+                | Call::ForceRelease { .. }
         )
     }
 }
@@ -169,6 +173,8 @@ pub enum Outcome {
         commit_sent: Option<u64>,
     },
     /// inspect: zero rows (`None`) or one.
+    /// force_release: the epoch it ended, or `None` (nothing held, nothing changed).
+    Forced(Option<i64>),
     Inspected(Option<View>),
     Registered(View),
     Purged(i64),
@@ -257,6 +263,14 @@ impl Op {
         }
     }
 
+    /// The epoch a force_release ended, if it ended one.
+    pub fn forced(&self) -> Option<i64> {
+        match &self.outcome {
+            Outcome::Forced(e) => *e,
+            _ => None,
+        }
+    }
+
     /// True for an ok transfer (which ended the grant it presented).
     pub fn transferred(&self) -> bool {
         matches!(&self.outcome, Outcome::Transferred { status, .. } if status == "ok")
@@ -284,6 +298,7 @@ impl Op {
             && match &self.outcome {
                 Outcome::Lost => true,
                 Outcome::Acquired { acquired, .. } => *acquired,
+                Outcome::Forced(e) => e.is_some(),
                 Outcome::Renewed { status, .. }
                 | Outcome::Released { status }
                 | Outcome::Transferred { status, .. } => status == "ok",
@@ -333,6 +348,7 @@ impl fmt::Display for Show<'_> {
                 " transfer({key}, {owner}, {epoch}, to {to_owner}, {ttl_ms}ms)"
             )?,
             Call::Fence { key, owner, epoch } => write!(f, " fence({key}, {owner}, {epoch})")?,
+            Call::ForceRelease { key } => write!(f, " force_release({key})")?,
             Call::Inspect { key } => write!(f, " inspect({key})")?,
             Call::RegisterWaiter { key } => write!(f, " register_waiter({key})")?,
             Call::Purge { older_than_ms } => write!(f, " purge({older_than_ms}ms)")?,
@@ -363,6 +379,7 @@ impl fmt::Display for Show<'_> {
                 rel(*expires_at, base),
                 x(pre_commit)
             )?,
+            Outcome::Forced(e) => write!(f, " -> {e:?}")?,
             Outcome::Inspected(None) => write!(f, " -> no row")?,
             Outcome::Inspected(Some(v)) | Outcome::Registered(v) => write!(
                 f,

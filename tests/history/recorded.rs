@@ -15,19 +15,19 @@
 //! - **Epochs strictly increase** with the rows, granted_at never goes back, and each grant ended no
 //!   later than the next one began.
 //! - **ended_by agrees with what the workload did**: `released` (ended during the release's call)
-//!   when a committed release of that grant was acknowledged ok; `transferred` when a committed
+//!   when a committed release of that grant was acknowledged ok; `forced` (ended during the call)
+//!   when the operator's committed force_release returned that epoch; `transferred` when a committed
 //!   transfer of it was (ended exactly when the successor, the next row, the transfer's to_owner at
 //!   the next epoch, was granted); otherwise `lapsed`, at the grant's last expiry (its last committed
 //!   renewal's, or its own), which must have passed before the next grant or before the history was
 //!   read; NULL (held) only for the key's last grant whose last expiry had not passed when the history
-//!   was read. The workload never force-releases and never turns the history off, so `forced` and
-//!   `unrecorded` are never right. The last expiry (expires_at) must be the grant's last committed
-//!   version.
+//!   was read. The workload never turns the history off, so `unrecorded` is never right. The last
+//!   expiry (expires_at) must be the grant's last committed version.
 //!
 //! Outcome-unknown calls (a connection that died during the call or its COMMIT, and a transaction
 //! the server could not resolve) are allowed either way, and only where they could matter: a grant
-//! they may have made may or may not be recorded; a release or transfer of unknown outcome allows
-//! `released` or `transferred` besides what the rest of the log implies; a renewal of unknown outcome
+//! they may have made may or may not be recorded; a release, transfer or force_release of unknown
+//! outcome allows `released`, `transferred` or `forced` besides what the rest of the log implies; a renewal of unknown outcome
 //! leaves the grant's last expiry unchecked. Each allowance used is counted (`Report::allowed`).
 //!
 //! `lease.history` returns at most 10 000 rows per key: a key with more (only in a long soak) has its
@@ -70,6 +70,7 @@ pub struct Report {
     /// Rows compared, and how they ended.
     pub rows: usize,
     pub released: usize,
+    pub forced: usize,
     pub transferred: usize,
     pub lapsed: usize,
     pub held: usize,
@@ -302,13 +303,29 @@ fn check_key<'r>(
         };
         let release = committed_end(Op::released);
         let transfer = committed_end(Op::transferred);
+        // An operator's end names the epoch, not the owner.
+        let force = kops
+            .iter()
+            .copied()
+            .find(|o| o.commit == Commit::Committed && o.forced() == Some(e));
+        let maybe_forced = kops.iter().any(|o| {
+            unknown(o)
+                && matches!(o.call, Call::ForceRelease { .. })
+                && (matches!(o.outcome, Outcome::Lost) || o.forced() == Some(e))
+        });
         let maybe_released = unknown_end(|c| matches!(c, Call::Release { .. }), Op::released);
         let maybe_transferred =
             unknown_end(|c| matches!(c, Call::Transfer { .. }), Op::transferred);
         let last = last_expiry(by_epoch.get(&e), &pres);
         let ended_by = row.ended_by.as_deref();
         let mut ids = grant_ids.clone();
-        ids.extend(release.iter().chain(transfer.iter()).map(|o| o.id));
+        ids.extend(
+            release
+                .iter()
+                .chain(transfer.iter())
+                .chain(force.iter())
+                .map(|o| o.id),
+        );
 
         // The grant's last expiry, when the log knows it.
         if let Some(x) = last.x
@@ -327,32 +344,36 @@ fn check_key<'r>(
             }
         }
 
-        match (release, transfer) {
-            (Some(_), Some(_)) => {} // ended twice: the checker reports it (I3)
+        let ended_in_call = |o: &Op| {
+            o.t0.is_none_or(|t0| row.ended_at.is_some_and(|a| a >= t0))
+                && o.t1.is_none_or(|t1| row.ended_at.is_some_and(|a| a <= t1))
+        };
+        match (release.or(force), transfer) {
+            _ if [release, transfer, force].iter().flatten().count() > 1 => {} // ended twice: I3
             (Some(rel), None) => {
-                if ended_by != Some("released") {
+                let (kind, verb) = if force.is_some() {
+                    ("forced", "force-released")
+                } else {
+                    ("released", "released")
+                };
+                if ended_by != Some(kind) {
                     fail(
                         format!(
-                            "epoch {e} was released (acknowledged ok), lease.history says {ended_by:?}"
+                            "epoch {e} was {verb} (acknowledged ok), lease.history says {ended_by:?}"
                         ),
                         ids.clone(),
                     );
-                } else if !(rel
-                    .t0
-                    .is_none_or(|t0| row.ended_at.is_some_and(|a| a >= t0))
-                    && rel
-                        .t1
-                        .is_none_or(|t1| row.ended_at.is_some_and(|a| a <= t1)))
-                {
+                } else if !ended_in_call(rel) {
                     fail(
                         format!(
-                            "lease.history ends epoch {e} at {:?}, outside the call that released it",
+                            "lease.history ends epoch {e} at {:?}, outside the call that {verb} it",
                             row.ended_at
                         ),
                         ids.clone(),
                     );
                 }
             }
+            (Some(_), Some(_)) => {}
             (None, Some(t)) => {
                 let successor = next.filter(|n| {
                     n.epoch == e + 1
@@ -383,6 +404,7 @@ fn check_key<'r>(
             }
             (None, None) => match ended_by {
                 Some("released") if maybe_released => report.allowed += 1,
+                Some("forced") if maybe_forced => report.allowed += 1,
                 Some("transferred") if maybe_transferred => {
                     report.allowed += 1;
                     if next.is_none_or(|n| n.granted_at != row.ended_at) {
@@ -429,7 +451,7 @@ fn check_key<'r>(
                 }
                 Some(other) => fail(
                     format!(
-                        "epoch {e} is recorded as ended by {other:?}; the workload neither released nor transferred it acknowledged (released/transferred only with a call of unknown outcome)"
+                        "epoch {e} is recorded as ended by {other:?}; the workload neither released, transferred nor force-released it acknowledged (those only with a call of unknown outcome)"
                     ),
                     ids.clone(),
                 ),
@@ -437,6 +459,7 @@ fn check_key<'r>(
         }
         match ended_by {
             Some("released") => report.released += 1,
+            Some("forced") => report.forced += 1,
             Some("transferred") => report.transferred += 1,
             Some("lapsed") => report.lapsed += 1,
             None => report.held += 1,

@@ -804,3 +804,37 @@ fn history_comparison_allows_either_end_for_a_release_of_unknown_outcome() {
     recorded_reports(&h, &rec, "epoch 5 was released (acknowledged ok)");
     let _ = g;
 }
+
+#[test]
+fn checker_and_history_comparison_take_a_force_release_as_the_end_of_the_grant() {
+    let (mut h, mut rec) = with_transfer();
+    // The operator ends c's epoch 4 at 200 ms (before its expiry at 250).
+    let f = h.push(
+        Call::ForceRelease { key: "k".into() },
+        Outcome::Forced(Some(4)),
+        200,
+    );
+    rec.rows[2].ended_by = Some("forced".into());
+    rec.rows[2].ended_at = Some(at(200) + 500);
+    let r = reports(&h, &[]);
+    assert_eq!(r.stats.forced, 1);
+    let r = recorded_violations(&h, &rec);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.forced, 1);
+    // Recorded as lapsed although it was forced.
+    let mut lapsed = rec.clone();
+    lapsed.rows[2].ended_by = Some("lapsed".into());
+    lapsed.rows[2].ended_at = Some(at(250));
+    recorded_reports(&h, &lapsed, "epoch 4 was force-released (acknowledged ok)");
+    // The forced holder's renewal is not ok any more; a grant after the force counts from 5.
+    let mut late = H { ops: h.ops.clone() };
+    late.renew("c", 4, 210, 100, "ok");
+    reports(&late, &["I3"]);
+    let mut next = H { ops: h.ops.clone() };
+    next.grant("a", 5, 220, 100);
+    reports(&next, &["I2"]);
+    let mut next = H { ops: h.ops.clone() };
+    next.grant("a", 6, 220, 100);
+    reports(&next, &[]);
+    let _ = f;
+}
