@@ -5,13 +5,16 @@
 //! The workload (`driver.rs`): 12 clients (by default), each with its own connection as one of two
 //! login roles (`app` and `reporting`, alternating; each role with its own owner strings), on 5
 //! hot keys and 4 owners (so two clients often act as the same owner), with ttls of 15–300 ms, blocking and
-//! non-blocking acquires, renew/release/fence with current, stale and guessed epochs, inspect and
+//! non-blocking acquires, renew/release/transfer/fence with current, stale and guessed epochs (a
+//! transfer hands the key to another owner of the client's role, with the next epoch), inspect and
 //! register_waiter; about 40 % of the steps run in explicit transactions (1–3 calls, a fence followed
 //! by a guarded write) that commit or roll back; an admin connection purges now and then (so the
-//! suite uses a fresh database per run); a superuser connection terminates random clients' backends
-//! (they reconnect), and random clients' backends are paused (SIGSTOP, 10–400 ms, then SIGCONT).
-//! Transactions whose COMMIT answer was lost are resolved with `pg_xact_status`, and every
-//! transaction's fate is checked against what its client saw.
+//! suite uses a fresh database per run) and another, as the installing role, force-releases random
+//! keys; a superuser connection terminates random clients' backends (they reconnect), and random
+//! clients' backends are paused (SIGSTOP, 10–400 ms, then SIGCONT). Transactions whose COMMIT answer
+//! was lost are resolved with `pg_xact_status`, and every transaction's fate is checked against what
+//! its client saw. Then every key's `lease.history` is read and must tell exactly what the log says
+//! (`recorded.rs`: every acknowledged grant once, nothing that rolled back, each end as it happened).
 //!
 //! Environment:
 //! - `PGLEASE_HISTORY_SEED`: the seed (decimal, or hex with `0x`). Unset: a random seed. The seed is
