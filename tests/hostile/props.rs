@@ -607,14 +607,47 @@ fn transfer_with_hostile_arguments_hands_over_only_the_holders_grant_or_fails_do
         inputs::text(),
         inputs::interval(),
         inputs::setup(),
+        prop::bool::weighted(0.4),
+        any::<bool>(),
     );
     run(
         "transfer",
         strategy,
-        |(key, owner, epoch, to_owner, ttl, setup)| {
+        |(key, owner, epoch, to_owner, ttl, setup, theirs, plain)| {
             db.rt.block_on(async {
                 prepare(&db, &key, &owner, setup).await;
-                let epoch = epoch_arg(&db, &key, epoch).await;
+                if theirs && key.valid() && owner.valid() {
+                    // The installing role takes the key for the caller's owner string, if it can:
+                    // a grant of another role, which the caller may not hand over (42501).
+                    db.admin
+                        .query_one(
+                            "SELECT acquired FROM lease.acquire($1, $2, '1 hour')",
+                            &[&key.0, &owner.0],
+                        )
+                        .await
+                        .expect("the installing role's acquire");
+                }
+                let other_role = key.valid()
+                    && db
+                        .su
+                        .query_opt("SELECT holder_role FROM lease.leases WHERE key = $1", &[&key.0])
+                        .await
+                        .expect("holder_role")
+                        .and_then(|r| r.get::<_, Option<String>>(0))
+                        .is_some_and(|r| r != pglease_tests::APP);
+                // Against another role's grant, present its current epoch: the one call that
+                // would succeed for its own role.
+                let epoch = if theirs && other_role {
+                    epoch_arg(&db, &key, inputs::Epoch::Current(0)).await
+                } else {
+                    epoch_arg(&db, &key, epoch).await
+                };
+                // ... and half the time a plain successor and ttl, so that only the role is wrong.
+                let (to_owner, ttl) = if theirs && other_role && plain {
+                    (Text(Some("heir".into())), Some("1 hour".to_string()))
+                } else {
+                    (to_owner, ttl)
+                };
                 let ttl_c = cast(&db, &ttl).await;
                 let ttl_ok = valid_ttl(seconds(&db, &ttl).await);
                 let before = db.state(true).await;
@@ -635,13 +668,24 @@ fn transfer_with_hostile_arguments_hands_over_only_the_holders_grant_or_fails_do
                 match res {
                     Err(e) => {
                         let f = failed(e)?;
+                        let allowed: &[&str] = if other_role {
+                            &["22023", "42501"]
+                        } else {
+                            &["22023"]
+                        };
                         judge_failure(
                             &f,
                             &[&key, &owner, &to_owner],
                             &[&ttl_c],
-                            &["22023"],
+                            allowed,
                             before == after,
                         )?;
+                        if f.code == "42501" {
+                            // Only the current grant itself, of another role, is refused so.
+                            let owner_s = owner.0.as_deref().unwrap_or("");
+                            let want = epoch.map(|e| expected_status(&row, owner_s, e).0);
+                            prop_assert_eq!(want, Some("ok"), "42501 for {:?}", row);
+                        }
                         if f.code == "22023" {
                             let mut expected = violations(&[
                                 key.violation("key", false, false),
@@ -672,6 +716,10 @@ fn transfer_with_hostile_arguments_hands_over_only_the_holders_grant_or_fails_do
                         let (new_epoch, x): (Option<i64>, Option<SystemTime>) = (r.get(1), r.get(2));
                         let owner_s = owner.0.as_deref().unwrap_or("");
                         let (want, may_lapse) = expected_status(&row, owner_s, epoch);
+                        prop_assert!(
+                            !(other_role && status == "ok"),
+                            "transferred a grant of another role: {row:?}"
+                        );
                         prop_assert!(
                             status == want || (may_lapse && status == "lapsed"),
                             "transfer status {status}, expected {want} for {row:?}"
