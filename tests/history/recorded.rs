@@ -7,6 +7,10 @@
 //!   granted (a new grant by acquire or transfer, or a re-acquire of it) has one row, with the
 //!   grantee as owner, the role of the clients that act as that owner as holder_role, no data, and
 //!   as granted_at exactly the instant the grant wrote (`expires_at - ttl` of the call that made it).
+//! - **No unacknowledged but committed grant is missing**: a grant whose own call lost its answer
+//!   is known to have committed when a committed call acted on it (an ok renewal, release, transfer
+//!   or fence presenting it, a force_release that ended it, a read that saw it held); it must be
+//!   recorded too, with the owner those calls saw.
 //! - **Nothing else is recorded**: every row is a grant some call of the workload may have made — a
 //!   call that returned that epoch and did not roll back, or a call whose outcome is unknown (its
 //!   connection died during it: `Outcome::Lost`), of an acquire or transfer to that owner sent before
@@ -205,6 +209,52 @@ fn check_key<'r>(
                 ),
                 ids.clone(),
             ),
+        }
+    }
+
+    // A grant whose own call lost its answer but that later committed calls acted on (an ok
+    // renewal, release, transfer or fence of it, a force_release that ended it, a read that saw it
+    // held) was committed too: it must be recorded, with that owner.
+    let mut evidence: BTreeMap<i64, (Option<&str>, usize)> = BTreeMap::new();
+    for o in kops.iter().filter(|o| o.commit == Commit::Committed) {
+        let acted = o.renewed().is_some()
+            || o.released()
+            || o.transferred()
+            || matches!(o.outcome, Outcome::Fenced { .. });
+        let seen = match (&o.call, &o.outcome) {
+            (_, Outcome::Inspected(Some(v)) | Outcome::Registered(v)) if v.held => {
+                v.epoch.map(|e| (e, v.owner.as_deref()))
+            }
+            (Call::ForceRelease { .. }, _) => o.forced().map(|e| (e, None)),
+            (call, _) if acted => call.epoch().map(|e| (e, call.owner())),
+            _ => None,
+        };
+        if let Some((e, owner)) = seen {
+            evidence.entry(e).or_insert((owner, o.id));
+        }
+    }
+    for (&e, &(owner, id)) in &evidence {
+        let acknowledged = by_epoch
+            .get(&e)
+            .is_some_and(|g| g.iter().any(|o| o.commit == Commit::Committed));
+        if acknowledged || (truncated && e < first_epoch) {
+            continue;
+        }
+        match rows.get(&e) {
+            None => fail(
+                format!(
+                    "epoch {e} ({owner:?}) was committed (a committed call acted on it) but is not in lease.history"
+                ),
+                vec![id],
+            ),
+            Some(row) if owner.is_some_and(|o| o != row.owner) => fail(
+                format!(
+                    "lease.history records epoch {e} as {}'s, a committed call saw it as {owner:?}'s",
+                    row.owner
+                ),
+                vec![id],
+            ),
+            Some(_) => {}
         }
     }
 

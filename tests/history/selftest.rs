@@ -838,3 +838,25 @@ fn checker_and_history_comparison_take_a_force_release_as_the_end_of_the_grant()
     reports(&next, &[]);
     let _ = f;
 }
+
+#[test]
+fn history_comparison_reports_a_grant_known_committed_only_through_later_calls_when_missing() {
+    // The grant's own call lost its answer; a committed renewal of (c, 5) shows it committed.
+    let (mut h, rec) = with_transfer();
+    let lost = h.push(acquire("c", 50), Outcome::Lost, 290);
+    h.set(lost, Commit::Ambiguous, None);
+    h.ops[lost].t0 = None;
+    h.ops[lost].t1 = None;
+    h.renew("c", 5, 300, 100, "ok");
+    recorded_reports(&h, &rec, "epoch 5 (Some(\"c\")) was committed");
+    // Recorded, it is explained by the lost call.
+    let mut with = rec.clone();
+    let mut row = with.rows[2].clone();
+    (row.epoch, row.granted_at, row.expires_at) = (5, Some(at(295)), Some(at(400)));
+    (row.ended_at, row.ended_by) = (None, None);
+    with.rows.push(row);
+    (with.t0, with.t1) = (at(390), at(391));
+    let r = recorded_violations(&h, &with);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.allowed, 1);
+}
