@@ -37,7 +37,7 @@
 //! `lease.history` returns at most 10 000 rows per key: a key with more (only in a long soak) has its
 //! latest 10 000 grants compared, and the grants before them are not.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::checker::Violation;
 use crate::model::{Call, Commit, Micros, Op, Outcome};
@@ -103,13 +103,55 @@ pub fn check<'r>(ops: &[Op], recorded: &[Recorded], role_of: impl Fn(usize) -> &
     report
 }
 
-/// The calls that present the grant (owner, epoch) of the key: its renewals, releases, transfers
-/// and fences.
-fn presenting<'a>(kops: &[&'a Op], owner: &str, epoch: i64) -> Vec<&'a Op> {
-    kops.iter()
-        .copied()
-        .filter(|o| o.call.owner() == Some(owner) && o.call.epoch() == Some(epoch))
-        .collect()
+/// The key's calls indexed once, so that the comparison costs O(n log n) in the number of calls
+/// (as the checker does): by the grant (owner, epoch) they present, force_releases by the epoch
+/// they ended, and the earliest call of unknown outcome that may have granted to each owner.
+struct Index<'a> {
+    presenting: HashMap<i64, Vec<&'a Op>>,
+    forced: HashMap<i64, Vec<&'a Op>>,
+    /// A force_release whose connection died: it may have ended any grant.
+    lost_force: bool,
+    /// The earliest `lo` of a lost acquire or transfer, by the owner it would have granted to.
+    lost_grant_lo: HashMap<&'a str, Micros>,
+}
+
+impl<'a> Index<'a> {
+    fn new(kops: &[&'a Op]) -> Index<'a> {
+        let mut ix = Index {
+            presenting: HashMap::new(),
+            forced: HashMap::new(),
+            lost_force: false,
+            lost_grant_lo: HashMap::new(),
+        };
+        for &o in kops {
+            if let (Some(_), Some(epoch)) = (o.call.owner(), o.call.epoch()) {
+                ix.presenting.entry(epoch).or_default().push(o);
+            }
+            if let Some(e) = o.forced() {
+                ix.forced.entry(e).or_default().push(o);
+            }
+            let lost = matches!(o.outcome, Outcome::Lost);
+            ix.lost_force |= lost && matches!(o.call, Call::ForceRelease { .. }) && unknown(o);
+            if lost
+                && o.call.grants()
+                && let Some(g) = o.call.grantee()
+            {
+                let lo = ix.lost_grant_lo.entry(g).or_insert(o.lo);
+                *lo = (*lo).min(o.lo);
+            }
+        }
+        ix
+    }
+
+    /// The calls that present the grant (owner, epoch): its renewals, releases, transfers, fences.
+    fn presenting(&self, owner: &str, epoch: i64) -> Vec<&'a Op> {
+        self.presenting.get(&epoch).map_or_else(Vec::new, |v| {
+            v.iter()
+                .copied()
+                .filter(|o| o.call.owner() == Some(owner))
+                .collect()
+        })
+    }
 }
 
 /// Whether an op's effect is of unknown fate: the commit is unknown and it may have written.
@@ -149,6 +191,7 @@ fn check_key<'r>(
         }
     }
     let rows: BTreeMap<i64, &Row> = rec.rows.iter().map(|r| (r.epoch, r)).collect();
+    let ix = Index::new(kops);
 
     // Every acknowledged grant is recorded.
     for (&e, gops) in &by_epoch {
@@ -194,12 +237,10 @@ fn check_key<'r>(
         }
         // The instant the grant wrote; unknown only when the call that made it lost its answer.
         let instants: Vec<Micros> = gops.iter().filter_map(|o| grant_instant(o)).collect();
-        let lost_grant = kops.iter().any(|o| {
-            matches!(o.outcome, Outcome::Lost)
-                && o.call.grants()
-                && o.call.grantee() == Some(owner)
-                && row.granted_at.is_some_and(|g| o.lo <= g)
-        });
+        let lost_grant = ix
+            .lost_grant_lo
+            .get(owner)
+            .is_some_and(|&lo| row.granted_at.is_some_and(|g| lo <= g));
         match row.granted_at {
             Some(g) if instants.contains(&g) => {}
             Some(_) if lost_grant => report.allowed += 1,
@@ -340,7 +381,7 @@ fn check_key<'r>(
             }
         }
 
-        let pres = presenting(kops, &row.owner, e);
+        let pres = ix.presenting(&row.owner, e);
         let committed_end = |f: fn(&Op) -> bool| {
             pres.iter()
                 .copied()
@@ -354,15 +395,12 @@ fn check_key<'r>(
         let release = committed_end(Op::released);
         let transfer = committed_end(Op::transferred);
         // An operator's end names the epoch, not the owner.
-        let force = kops
+        let forces = ix.forced.get(&e).map_or(&[][..], |v| v.as_slice());
+        let force = forces
             .iter()
             .copied()
-            .find(|o| o.commit == Commit::Committed && o.forced() == Some(e));
-        let maybe_forced = kops.iter().any(|o| {
-            unknown(o)
-                && matches!(o.call, Call::ForceRelease { .. })
-                && (matches!(o.outcome, Outcome::Lost) || o.forced() == Some(e))
-        });
+            .find(|o| o.commit == Commit::Committed);
+        let maybe_forced = ix.lost_force || forces.iter().any(|o| unknown(o));
         let maybe_released = unknown_end(|c| matches!(c, Call::Release { .. }), Op::released);
         let maybe_transferred =
             unknown_end(|c| matches!(c, Call::Transfer { .. }), Op::transferred);
