@@ -781,6 +781,24 @@ async fn exercise_0_9_0_api(app: &Client, admin: &Client, p: &str) {
         vec![second.clone()]
     );
     assert_eq!(history(k.clone(), None, 1).await, vec![second]);
+    // Every role that may use the schema reads the same history (here the installing role).
+    let by_admin: Vec<(i64, String, Option<String>)> = admin
+        .query(
+            "SELECT epoch, owner, ended_by FROM lease.history($1::pg_catalog.text)",
+            &[&k],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        by_admin,
+        vec![
+            (e, "o1".to_string(), Some("transferred".to_string())),
+            (e + 1, "o2".to_string(), None)
+        ]
+    );
     // Invalid input: 22023 naming every violation, whichever argument it is in.
     let err = expect_error(
         app,
