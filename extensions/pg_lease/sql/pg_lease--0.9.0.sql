@@ -1185,19 +1185,23 @@ BEGIN
             || lease._max_ttl_violations(transfer.ttl, (SELECT s.max_ttl FROM lease.settings AS s)));
     END IF;
 
-    -- The row lock waits for a transition in flight; the grant is judged on its result.
-    SELECT l.owner, l.epoch, l.expires_at, l.holder_role, l.waiting,
-           l.watched_until > pg_catalog.clock_timestamp()
-      INTO v_owner, v_epoch, v_expires_at, v_role, v_waiting, v_watched
-      FROM lease.leases AS l
-     WHERE l.key = transfer.key
-       FOR NO KEY UPDATE;
-    IF NOT FOUND OR v_owner IS DISTINCT FROM transfer.owner OR v_epoch <> transfer.epoch
-       OR v_expires_at <= pg_catalog.clock_timestamp() OR NOT lease._may_act_for(v_role)
-    THEN
+    LOOP
+        -- The row lock waits for a transition in flight; the grant is judged on its result.
+        SELECT l.owner, l.epoch, l.expires_at, l.holder_role, l.waiting,
+               l.watched_until > pg_catalog.clock_timestamp()
+          INTO v_owner, v_epoch, v_expires_at, v_role, v_waiting, v_watched
+          FROM lease.leases AS l
+         WHERE l.key = transfer.key
+           FOR NO KEY UPDATE;
+        EXIT WHEN FOUND AND v_owner = transfer.owner AND v_epoch = transfer.epoch
+                  AND v_expires_at > pg_catalog.clock_timestamp() AND lease._may_act_for(v_role);
         r.status := lease._refusal('lease.transfer', transfer.key, transfer.owner, transfer.epoch);
-        RETURN r;                            -- (never 'ok': the row is locked, nothing changed it)
-    END IF;
+        IF r.status <> 'ok' THEN
+            RETURN r;                        -- refused, nothing changed
+        END IF;
+        -- 'ok' only when no row was found, hence none locked, and a grant that matches created the
+        -- key since (the refusal is judged in a later snapshot): judge that row under its lock.
+    END LOOP;
 
     -- The next epoch, never below the floor (as acquire: the timeline band and the min epoch).
     SELECT GREATEST((v_timeline - 1) * 1099511627776,
