@@ -52,6 +52,8 @@ pub struct Stats {
     pub reacquires: usize,
     pub ok_renews: usize,
     pub ok_releases: usize,
+    pub ok_transfers: usize,
+    pub forced: usize,
     pub fences: usize,
     pub reads: usize,
     pub refusals: usize,
@@ -121,6 +123,15 @@ fn well_formed(op: &Op, report: &mut Report) {
             !STATUSES.contains(&status.as_str()) || (status == "ok") != expires_at.is_some()
         }
         Outcome::Released { status } => !STATUSES.contains(&status.as_str()),
+        Outcome::Transferred {
+            status,
+            epoch,
+            expires_at,
+        } => {
+            !STATUSES.contains(&status.as_str())
+                || (status == "ok") != matches!(epoch, Some(e) if *e >= 1)
+                || (status == "ok") != expires_at.is_some()
+        }
         Outcome::Inspected(Some(v)) => {
             v.epoch.is_none() || v.held != v.owner.is_some() || v.held != v.expires_at.is_some()
         }
@@ -131,6 +142,7 @@ fn well_formed(op: &Op, report: &mut Report) {
                 || v.held != v.now.is_some()
         }
         Outcome::Purged(n) => *n < 0,
+        Outcome::Forced(e) => e.is_some_and(|e| e < 1),
         _ => false,
     };
     if bad {
@@ -155,7 +167,11 @@ struct Lease<'a> {
     grant_txs: Vec<usize>,
     /// (instant, expiry, op id), the grant first, then committed ok renews by instant.
     versions: Vec<(Micros, Micros, usize)>,
+    /// The committed ok release, or the committed force_release, that ended it (the key's counter
+    /// moves to epoch + 1 either way).
     release: Option<&'a Op>,
+    /// The committed ok transfer that ended it (granting the next epoch to its `to_owner`).
+    transfer: Option<&'a Op>,
 }
 
 impl Lease<'_> {
@@ -387,13 +403,14 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 let (g_lo, g_hi) = self.g_range[&o.id];
                 Lease {
                     op: o,
-                    owner: o.call.owner().expect("acquire has an owner"),
+                    owner: o.call.grantee().expect("a grant has a grantee"),
                     epoch,
                     g_lo,
                     g_hi,
                     grant_txs: self.g_txs.get(&o.id).cloned().unwrap_or_default(),
                     versions: vec![(g_lo, x, o.id)],
                     release: None,
+                    transfer: None,
                 }
             })
             .collect();
@@ -432,7 +449,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
         }
         let mut groups: BTreeMap<(&str, i64, Micros), Vec<&Op>> = BTreeMap::new();
         for o in &self.ops {
-            if let (Some((e, x)), Some(owner)) = (o.granted(), o.call.owner()) {
+            if let (Some((e, x)), Some(owner)) = (o.granted(), o.call.grantee()) {
                 groups.entry((owner, e, x)).or_default().push(o);
             }
         }
@@ -504,7 +521,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                     for m in members {
                         let t1 = m.t1.unwrap_or(Micros::MAX);
                         let ex = self.excuse(t1, |a| {
-                            matches!(a.outcome, Outcome::Lost) && a.call.owner() == Some(owner)
+                            matches!(a.outcome, Outcome::Lost) && a.call.grantee() == Some(owner)
                         });
                         self.fail(
                             "I4",
@@ -532,7 +549,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
         for o in &self.ops {
             if o.renewed().is_some() {
                 writes.push((o, o.write_time().expect("renew")));
-            } else if o.released()
+            } else if (o.released() || o.forced().is_some())
                 && let Some(t0) = o.t0
             {
                 writes.push((o, t0));
@@ -647,12 +664,48 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             if o.commit != Commit::Committed {
                 continue;
             }
+            if let Some(epoch) = o.forced() {
+                // An operator's end of whatever grant was held: like a release, without an owner.
+                self.report.stats.forced += 1;
+                match by_epoch.get(&epoch) {
+                    None => {
+                        let ex = self.excuse(o.t1.unwrap_or(Micros::MAX), |a| {
+                            a.call.grants()
+                                && (matches!(a.outcome, Outcome::Lost)
+                                    || a.granted().is_some_and(|(e, _)| e == epoch))
+                        });
+                        self.fail(
+                            "I3",
+                            format!("force_release ended epoch {epoch}, which no committed grant carries"),
+                            vec![o.id],
+                            ex,
+                        );
+                    }
+                    Some(&i) => match leases[i].release.or(leases[i].transfer) {
+                        Some(prev) => {
+                            let ids = vec![leases[i].op.id, prev.id, o.id];
+                            self.fail(
+                                "I3",
+                                format!(
+                                    "epoch {epoch} ended twice ({} and force_release)",
+                                    verb(prev)
+                                ),
+                                ids,
+                                None,
+                            );
+                        }
+                        None => leases[i].release = Some(o),
+                    },
+                }
+                continue;
+            }
             let (Some(owner), Some(epoch)) = (o.call.owner(), o.call.epoch()) else {
                 continue;
             };
             let is_renew = o.renewed().is_some();
             let is_release = o.released();
-            if !is_renew && !is_release {
+            let is_transfer = o.transferred();
+            if !is_renew && !is_release && !is_transfer {
                 continue;
             }
             if is_renew {
@@ -666,14 +719,16 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                         None,
                     );
                 }
-            } else {
+            } else if is_release {
                 self.report.stats.ok_releases += 1;
+            } else {
+                self.report.stats.ok_transfers += 1;
             }
             let Some(&i) = by_epoch.get(&epoch) else {
                 let before = o.t1.unwrap_or(Micros::MAX);
                 let ex = self.excuse(before, |a| {
-                    matches!(a.call, Call::Acquire { .. })
-                        && a.call.owner() == Some(owner)
+                    a.call.grants()
+                        && a.call.grantee() == Some(owner)
                         && (matches!(a.outcome, Outcome::Lost)
                             || a.granted().is_some_and(|(e, _)| e == epoch))
                 });
@@ -705,11 +760,18 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             if is_renew {
                 let r = o.write_time().expect("renew instant");
                 leases[i].versions.push((r, o.renewed().expect("ok"), o.id));
-            } else if let Some(prev) = leases[i].release {
+            } else if let Some(prev) = leases[i].release.or(leases[i].transfer) {
                 let ids = vec![leases[i].op.id, prev.id, o.id];
-                self.fail("I3", format!("epoch {epoch} released twice"), ids, None);
-            } else {
+                self.fail(
+                    "I3",
+                    format!("epoch {epoch} ended twice ({} and {})", verb(prev), verb(o)),
+                    ids,
+                    None,
+                );
+            } else if is_release {
                 leases[i].release = Some(o);
+            } else {
+                leases[i].transfer = Some(o);
             }
         }
         for l in leases.iter_mut() {
@@ -746,7 +808,13 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 );
             } else if b.epoch != counter + 1 && !self.purge_between(a.g_lo, b.g_hi) {
                 let ex = self.excuse(b.g_hi, |o| {
-                    matches!(o.call, Call::Acquire { .. } | Call::Release { .. })
+                    matches!(
+                        o.call,
+                        Call::Acquire { .. }
+                            | Call::Release { .. }
+                            | Call::Transfer { .. }
+                            | Call::ForceRelease { .. }
+                    )
                 });
                 self.fail(
                     "I7",
@@ -758,17 +826,39 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                     ex,
                 );
             }
-            if a.release
-                .is_some_and(|r| r.t0.is_some_and(|t0| t0 < b.g_hi))
+            // A transfer's successor is the grant the transfer made, with the next epoch.
+            if let Some(t) = a.transfer
+                && (b.epoch != a.epoch + 1 || t.call.grantee() != Some(b.owner))
+            {
+                self.fail(
+                    "I3",
+                    format!(
+                        "epoch {} of {} follows epoch {}, which was transferred to {:?}",
+                        b.epoch,
+                        b.owner,
+                        a.epoch,
+                        t.call.grantee()
+                    ),
+                    vec![a.op.id, t.id, b.op.id],
+                    None,
+                );
+            }
+            // (A transfer ended `a` at the instant it granted `b`, checked above.)
+            if a.transfer.is_some()
+                || a.release
+                    .is_some_and(|r| r.t0.is_some_and(|t0| t0 < b.g_hi))
             {
                 continue;
             }
             let (x, vid) = a.expiry_before(b.g_hi);
             if x > b.g_hi {
                 let ex = self.excuse(b.g_hi, |o| {
-                    matches!(o.call, Call::Renew { .. } | Call::Release { .. })
-                        && o.call.owner() == Some(a.owner)
-                        && o.call.epoch() == Some(a.epoch)
+                    (matches!(
+                        o.call,
+                        Call::Renew { .. } | Call::Release { .. } | Call::Transfer { .. }
+                    ) && o.call.owner() == Some(a.owner)
+                        && o.call.epoch() == Some(a.epoch))
+                        || matches!(o.call, Call::ForceRelease { .. })
                 });
                 let mut ops = vec![a.op.id];
                 if vid != a.op.id {
@@ -823,12 +913,12 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                         None,
                     );
                 }
-                if let Some(rel) = l.release
+                if let Some(rel) = l.release.or(l.transfer)
                     && rel.t1.is_some_and(|t1| t1 < r)
                 {
                     self.fail(
                         "I3",
-                        format!("ok renew of epoch {} after its release", l.epoch),
+                        format!("ok renew of epoch {} after its {}", l.epoch, verb(rel)),
                         vec![l.op.id, rel.id, rid],
                         None,
                     );
@@ -858,7 +948,10 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
     fn check_releases_and_fences(&mut self, leases: &[Lease<'a>], by_epoch: &HashMap<i64, usize>) {
         for (i, l) in leases.iter().enumerate() {
             if let Some(rel) = l.release {
-                self.check_held_call(leases, i, rel, "release");
+                self.check_held_call(leases, i, rel, verb(rel));
+            }
+            if let Some(t) = l.transfer {
+                self.check_held_call(leases, i, t, "transfer");
             }
         }
         let fences: Vec<&Op> = self
@@ -891,7 +984,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             };
             let Some(&i) = by_epoch.get(&epoch) else {
                 let ex = self.excuse(f.t1.unwrap_or(Micros::MAX), |a| {
-                    matches!(a.call, Call::Acquire { .. }) && a.call.owner() == Some(owner)
+                    a.call.grants() && a.call.grantee() == Some(owner)
                 });
                 self.fail(
                     "I3",
@@ -1006,12 +1099,12 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             );
         }
         if what == "fence"
-            && let Some(rel) = l.release
+            && let Some(rel) = l.release.or(l.transfer)
             && rel.t1.is_some_and(|rt1| rt1 < t0)
         {
             self.fail(
                 "I3",
-                format!("fence passed epoch {} after its release", l.epoch),
+                format!("fence passed epoch {} after its {}", l.epoch, verb(rel)),
                 vec![l.op.id, rel.id, op.id],
                 None,
             );
@@ -1053,7 +1146,13 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             if o.commit == Commit::NotCommitted {
                 continue;
             }
-            let Some(owner) = o.call.owner() else {
+            // A grant's version is its grantee's (a transfer's successor), a renewal's its owner's.
+            let owner = if o.granted().is_some() {
+                o.call.grantee()
+            } else {
+                o.call.owner()
+            };
+            let Some(owner) = owner else {
                 continue;
             };
             let ev = match (o.granted(), o.renewed(), o.call.epoch()) {
@@ -1075,6 +1174,9 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             }
             if o.released() {
                 counters.extend(o.call.epoch().map(|e| e + 1));
+            }
+            if let Some(e) = o.forced() {
+                counters.insert(e + 1);
             }
         }
         // Committed grants in order of when a client learned they were committed, each with the
@@ -1134,7 +1236,8 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 }
                 if versions.get(&(owner, e, x)).is_none_or(|at| *at >= t1) {
                     let ex = self.excuse(t1, |a| {
-                        matches!(a.outcome, Outcome::Lost) && a.call.owner() == Some(owner)
+                        matches!(a.outcome, Outcome::Lost)
+                            && (a.call.owner() == Some(owner) || a.call.grantee() == Some(owner))
                     });
                     self.fail(
                         "I7",
@@ -1260,7 +1363,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
         let grant_ids: HashSet<usize> = grant_ops.iter().map(|g| g.id).collect();
         let mut by_lease: HashMap<(&str, i64), Vec<&Op>> = HashMap::new();
         for g in grant_ops {
-            if let (Some((e, _)), Some(owner)) = (g.granted(), g.call.owner()) {
+            if let (Some((e, _)), Some(owner)) = (g.granted(), g.call.grantee()) {
                 by_lease.entry((owner, e)).or_default().push(g);
             }
         }
@@ -1271,7 +1374,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             };
             let visible =
                 |o: &Op| o.commit != Commit::NotCommitted || (o.tx.is_some() && o.tx == r.tx);
-            let gowner = g.call.owner().unwrap_or("");
+            let gowner = g.call.grantee().unwrap_or("");
             if gowner == owner || !visible(g) || self.g_lo(g) >= t1 {
                 return false;
             }
@@ -1291,7 +1394,7 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
             .filter(|g| g.commit != Commit::NotCommitted)
             .filter_map(|g| {
                 let (e, x0) = g.granted()?;
-                let owner = g.call.owner().unwrap_or("");
+                let owner = g.call.grantee().unwrap_or("");
                 let x = renewed.get(&(owner, e)).map_or(x0, |&x| x.max(x0));
                 Some((self.g_lo(g), owner, x))
             })
@@ -1352,7 +1455,8 @@ impl<'a, 'r> KeyCheck<'a, 'r> {
                 continue;
             }
             let ex = self.excuse(t1, |a| {
-                matches!(a.outcome, Outcome::Lost) && a.call.owner() != Some(owner)
+                matches!(a.outcome, Outcome::Lost)
+                    && a.call.grantee().or(a.call.owner()) != Some(owner)
             });
             self.fail(
                 "I6",
@@ -1369,6 +1473,8 @@ fn verb(o: &Op) -> &'static str {
         Call::Acquire { .. } => "acquire",
         Call::Renew { .. } => "renew",
         Call::Release { .. } => "release",
+        Call::Transfer { .. } => "transfer",
+        Call::ForceRelease { .. } => "force_release",
         Call::Fence { .. } => "fence",
         Call::Inspect { .. } => "inspect",
         Call::RegisterWaiter { .. } => "register_waiter",

@@ -17,6 +17,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::checker::Violation;
 use crate::model::{Call, Commit, Micros, Op, Outcome, View};
+use crate::recorded::{self, Recorded};
 use crate::rng::Rng;
 
 /// Shape of a run. It ends when `duration` has passed or `ops` calls were recorded, whichever
@@ -59,10 +60,14 @@ pub struct Run {
     pub resolved: usize,
     /// The first server time seen (for relative timestamps in reports).
     pub base: Micros,
+    /// Every key's `lease.history`, read once the workload and every transaction had ended.
+    pub recorded: Vec<Recorded>,
 }
 
 /// The purger's client number in the history.
 pub const PURGER: usize = usize::MAX;
+/// The client number of the operator that force-releases keys (as the installing role).
+pub const FORCER: usize = usize::MAX - 1;
 
 const SRC: &str = "(SELECT clock_timestamp() AS t0 OFFSET 0) AS s";
 // Each statement reads the server clock before the call (t0, in a subquery the call depends on) and
@@ -89,6 +94,13 @@ fn sql_release() -> String {
          AS r(status)"
     )
 }
+fn sql_transfer() -> String {
+    format!(
+        "SELECT s.t0, r.status, r.epoch, r.expires_at, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.transfer($1::text || left(s.t0::text, 0), $2::text, $3::bigint, \
+         $4::text, $5::text::interval) AS r"
+    )
+}
 fn sql_fence() -> String {
     format!(
         "SELECT s.t0, f.x, clock_timestamp() FROM {SRC} \
@@ -106,6 +118,12 @@ fn sql_register() -> String {
         "SELECT s.t0, w.held, w.owner, w.epoch, w.expires_at, w.expires_at - w.lapses_in, \
          clock_timestamp() FROM {SRC} \
          CROSS JOIN LATERAL lease.register_waiter($1::text || left(s.t0::text, 0)) AS w"
+    )
+}
+fn sql_force() -> String {
+    format!(
+        "SELECT s.t0, f.e, clock_timestamp() FROM {SRC} \
+         CROSS JOIN LATERAL lease.force_release($1::text || left(s.t0::text, 0)) AS f(e)"
     )
 }
 fn sql_purge() -> String {
@@ -266,12 +284,14 @@ impl Conn {
                 ("acquire", sql_acquire()),
                 ("renew", sql_renew()),
                 ("release", sql_release()),
+                ("transfer", sql_transfer()),
                 ("fence", sql_fence()),
                 ("inspect", sql_inspect()),
                 ("register", sql_register()),
                 ("purge", sql_purge()),
+                ("force", sql_force()),
             ] {
-                if name == "purge" && role != ADMIN {
+                if matches!(name, "purge" | "force") && role != ADMIN {
                     continue;
                 }
                 match client.prepare(&sql).await {
@@ -346,6 +366,26 @@ impl Conn {
                     let out = Outcome::Released { status: r.get(1) };
                     (out, us(r.get(0)), us(r.get(2)))
                 }),
+            Call::Transfer {
+                key,
+                owner,
+                epoch,
+                to_owner,
+                ttl_ms,
+            } => c
+                .query_one(
+                    &self.st["transfer"],
+                    &[key, owner, epoch, to_owner, &interval(*ttl_ms)],
+                )
+                .await
+                .map(|r| {
+                    let out = Outcome::Transferred {
+                        status: r.get(1),
+                        epoch: r.get(2),
+                        expires_at: r.get::<_, Option<SystemTime>>(3).map(us),
+                    };
+                    (out, us(r.get(0)), us(r.get(4)))
+                }),
             Call::Fence { key, owner, epoch } => c
                 .query_one(&self.st["fence"], &[key, owner, epoch])
                 .await
@@ -382,6 +422,10 @@ impl Conn {
                     (Outcome::Registered(view), us(r.get(0)), us(r.get(6)))
                 })
             }
+            Call::ForceRelease { key } => c
+                .query_one(&self.st["force"], &[key])
+                .await
+                .map(|r| (Outcome::Forced(r.get(1)), us(r.get(0)), us(r.get(2)))),
             Call::Purge { older_than_ms } => c
                 .query_one(&self.st["purge"], &[&interval(*older_than_ms)])
                 .await
@@ -402,7 +446,7 @@ fn pick_key(rng: &mut Rng, keys: usize) -> String {
 }
 
 /// The login role of client `me`: two unrelated roles, alternating.
-fn role_of(me: usize) -> &'static str {
+pub fn role_of(me: usize) -> &'static str {
     if me.is_multiple_of(2) { APP } else { OTHER_APP }
 }
 
@@ -481,6 +525,20 @@ impl Worker {
                 ctx.hint(key, owner, *e);
                 self.remember(key, owner, *e);
             }
+            (
+                Call::Transfer {
+                    key,
+                    owner,
+                    to_owner,
+                    ..
+                },
+                Outcome::Transferred { epoch: Some(e), .. },
+            ) => {
+                // The successor is this client's now (to_owner is an owner of its role).
+                self.mine.retain(|(k, o, _)| !(k == key && o == owner));
+                ctx.hint(key, to_owner, *e);
+                self.remember(key, to_owner, *e);
+            }
             (Call::Inspect { key }, Outcome::Inspected(Some(v)))
             | (Call::RegisterWaiter { key }, Outcome::Registered(v)) => {
                 if let (true, Some(o), Some(e)) = (v.held, &v.owner, v.epoch) {
@@ -496,7 +554,10 @@ fn expected_sqlstate(call: &Call, code: &str) -> bool {
     match call {
         Call::Acquire { wait_ms, .. } => (code == "57014" && *wait_ms > 0) || code == "40P01",
         Call::Fence { .. } => matches!(code, "LE001" | "LE002" | "LE003" | "40P01"),
-        Call::Renew { .. } | Call::Release { .. } | Call::RegisterWaiter { .. } => code == "40P01",
+        Call::Renew { .. }
+        | Call::Release { .. }
+        | Call::Transfer { .. }
+        | Call::RegisterWaiter { .. } => code == "40P01",
         _ => false,
     }
 }
@@ -529,7 +590,17 @@ async fn single(ctx: &Ctx, cl: &mut Worker, conn: &mut Conn) -> bool {
                 let (key, owner, epoch) = cl.target(ctx);
                 Call::Release { key, owner, epoch }
             }
-            72..92 => Call::Inspect {
+            72..78 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Transfer {
+                    key,
+                    owner,
+                    epoch,
+                    to_owner: pick_owner(&mut cl.rng, cl.me, ctx.owners),
+                    ttl_ms: pick_ttl(&mut cl.rng),
+                }
+            }
+            78..92 => Call::Inspect {
                 key: pick_key(rng, ctx.keys),
             },
             _ => Call::RegisterWaiter {
@@ -628,9 +699,19 @@ async fn transaction(ctx: &Ctx, cl: &mut Worker, conn: &mut Conn) -> bool {
                     ttl_ms: pick_ttl(&mut cl.rng),
                 }
             }
-            65..80 => {
+            65..75 => {
                 let (key, owner, epoch) = cl.target(ctx);
                 Call::Release { key, owner, epoch }
+            }
+            75..81 => {
+                let (key, owner, epoch) = cl.target(ctx);
+                Call::Transfer {
+                    key,
+                    owner,
+                    epoch,
+                    to_owner: pick_owner(&mut cl.rng, cl.me, ctx.owners),
+                    ttl_ms: pick_ttl(&mut cl.rng),
+                }
             }
             _ => {
                 let (key, owner, epoch) = cl.target(ctx);
@@ -825,6 +906,58 @@ async fn purger(ctx: Arc<Ctx>, mut rng: Rng) {
     }
 }
 
+/// An operator (the installing role) ends whatever grant of a random key is held, now and then:
+/// `lease.force_release`, recorded in the history as 'forced'.
+async fn forcer(ctx: Arc<Ctx>, mut rng: Rng) {
+    let mut conn = Conn::open(&ctx, FORCER, ADMIN).await;
+    while ctx.running() {
+        tokio::time::sleep(ms(rng.range(150, 700))).await;
+        let call = Call::ForceRelease {
+            key: pick_key(&mut rng, ctx.keys),
+        };
+        let lo = conn.last;
+        let sent = ctx.now();
+        let res = conn.call(&call).await;
+        let done = ctx.now();
+        let mut op = Op {
+            id: 0,
+            client: FORCER,
+            tx: None,
+            call,
+            outcome: Outcome::Lost,
+            t0: None,
+            t1: None,
+            lo,
+            sent,
+            done,
+            commit: Commit::Committed,
+            visible_at: Some(done),
+        };
+        match res {
+            Ok((out, t0, t1)) => {
+                op.outcome = out;
+                op.t0 = Some(t0);
+                op.t1 = Some(t1);
+                op.lo = t0;
+            }
+            Err(Fail::Sql(code)) => {
+                ctx.unexpected(format!("force_release failed with {code}"));
+                op.outcome = Outcome::Failed(code);
+                op.commit = Commit::NotCommitted;
+                op.visible_at = None;
+            }
+            Err(Fail::Conn) => {
+                ctx.unexpected("the forcer's connection died".into());
+                op.commit = Commit::Ambiguous;
+                op.visible_at = None;
+                ctx.push(op);
+                return;
+            }
+        }
+        ctx.push(op);
+    }
+}
+
 /// Freezes a random client's backend (SIGSTOP) for 10–400 ms, then resumes it (SIGCONT): a
 /// process pause in the middle of whatever the backend was doing (a statement, a fenced
 /// transaction holding the key's row, an idle session), which the other clients wait out or see
@@ -941,6 +1074,7 @@ pub async fn run(cfg: &Config) -> Run {
         )));
     }
     tasks.push(tokio::spawn(purger(ctx.clone(), root.fork(1001))));
+    tasks.push(tokio::spawn(forcer(ctx.clone(), root.fork(1004))));
     tasks.push(tokio::spawn(killer(ctx.clone(), root.fork(1002))));
     tasks.push(tokio::spawn(pauser(ctx.clone(), root.fork(1003))));
     tasks.push(tokio::spawn(progress(ctx.clone())));
@@ -1016,5 +1150,45 @@ pub async fn run(cfg: &Config) -> Run {
             _ => {}
         }
     }
+    run.recorded = read_history(&su, cfg.keys).await;
     run
+}
+
+/// Every key's `lease.history` (at most [`recorded::MAX_ROWS`] rows), with the server clock read
+/// just before and just after it.
+async fn read_history(su: &Client, keys: usize) -> Vec<Recorded> {
+    let mut out = Vec::with_capacity(keys);
+    for k in 0..keys {
+        let key = format!("k{k}");
+        let rows = su
+            .query(
+                "SELECT s.t0, h.epoch, h.owner, h.holder_role, h.granted_at, h.expires_at, \
+                        h.ended_at, h.ended_by, h.data, clock_timestamp() \
+                   FROM (SELECT clock_timestamp() AS t0 OFFSET 0) AS s \
+                   LEFT JOIN LATERAL lease.history($1::text || left(s.t0::text, 0), \
+                                                   max_rows => $2) AS h ON true",
+                &[&key, &recorded::MAX_ROWS],
+            )
+            .await
+            .expect("read lease.history");
+        let at = |r: &tokio_postgres::Row, i: usize| r.get::<_, Option<SystemTime>>(i).map(us);
+        let t0 = rows.first().and_then(|r| at(r, 0)).expect("t0");
+        let t1 = rows.iter().filter_map(|r| at(r, 9)).max().expect("t1");
+        let rows = rows
+            .iter()
+            .filter(|r| r.get::<_, Option<i64>>(1).is_some())
+            .map(|r| recorded::Row {
+                epoch: r.get(1),
+                owner: r.get(2),
+                holder_role: r.get(3),
+                granted_at: at(r, 4),
+                expires_at: at(r, 5),
+                ended_at: at(r, 6),
+                ended_by: r.get(7),
+                data: r.get(8),
+            })
+            .collect();
+        out.push(Recorded { key, t0, t1, rows });
+    }
+    out
 }

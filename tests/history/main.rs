@@ -5,13 +5,16 @@
 //! The workload (`driver.rs`): 12 clients (by default), each with its own connection as one of two
 //! login roles (`app` and `reporting`, alternating; each role with its own owner strings), on 5
 //! hot keys and 4 owners (so two clients often act as the same owner), with ttls of 15–300 ms, blocking and
-//! non-blocking acquires, renew/release/fence with current, stale and guessed epochs, inspect and
+//! non-blocking acquires, renew/release/transfer/fence with current, stale and guessed epochs (a
+//! transfer hands the key to another owner of the client's role, with the next epoch), inspect and
 //! register_waiter; about 40 % of the steps run in explicit transactions (1–3 calls, a fence followed
 //! by a guarded write) that commit or roll back; an admin connection purges now and then (so the
-//! suite uses a fresh database per run); a superuser connection terminates random clients' backends
-//! (they reconnect), and random clients' backends are paused (SIGSTOP, 10–400 ms, then SIGCONT).
-//! Transactions whose COMMIT answer was lost are resolved with `pg_xact_status`, and every
-//! transaction's fate is checked against what its client saw.
+//! suite uses a fresh database per run) and another, as the installing role, force-releases random
+//! keys; a superuser connection terminates random clients' backends (they reconnect), and random
+//! clients' backends are paused (SIGSTOP, 10–400 ms, then SIGCONT). Transactions whose COMMIT answer
+//! was lost are resolved with `pg_xact_status`, and every transaction's fate is checked against what
+//! its client saw. Then every key's `lease.history` is read and must tell exactly what the log says
+//! (`recorded.rs`: every acknowledged grant once, nothing that rolled back, each end as it happened).
 //!
 //! Environment:
 //! - `PGLEASE_HISTORY_SEED`: the seed (decimal, or hex with `0x`). Unset: a random seed. The seed is
@@ -39,6 +42,7 @@ mod checker;
 mod driver;
 mod model;
 mod queue;
+mod recorded;
 mod rng;
 mod selftest;
 mod semaphore;
@@ -147,7 +151,13 @@ fn render(seed: u64, run: &Run, violations: &[Violation]) -> String {
     out
 }
 
-fn stats_line(cfg: &Config, run: &Run, report: &Report, checked_in: Duration) -> String {
+fn stats_line(
+    cfg: &Config,
+    run: &Run,
+    report: &Report,
+    recorded: &recorded::Report,
+    (checked_in, recorded_in): (Duration, Duration),
+) -> String {
     let s = &report.stats;
     let committed_tx = run
         .txs
@@ -157,9 +167,12 @@ fn stats_line(cfg: &Config, run: &Run, report: &Report, checked_in: Duration) ->
     format!(
         "{} ops in {:.1?} by {} clients on {} keys as {} owners, {} transactions ({} committed, {} \
          resolved by xid), {} backends terminated, {} paused; committed: {} grants, {} re-acquires, \
-         {} renews ok, {} releases ok, {} fences; {} reads, {} refusals; {} uncommitted writes \
-         ignored; {} ambiguous writes, {} failed checks excused by them; checked in {:.1?}: {} \
-         violations",
+         {} renews ok, {} releases ok, {} transfers ok, {} fences; {} reads, {} refusals; {} \
+         uncommitted writes ignored; {} ambiguous writes, {} failed checks excused by them; \
+         {} force_releases ended a grant; lease.history: {} grants recorded ({} released, {} \
+         forced, {} transferred, {} lapsed, {} held), {} \
+         allowed by calls of unknown outcome; checked in {:.1?} (lease.history compared in {:.1?}): \
+         {} violations",
         run.ops.len(),
         run.elapsed,
         cfg.clients,
@@ -174,19 +187,30 @@ fn stats_line(cfg: &Config, run: &Run, report: &Report, checked_in: Duration) ->
         s.reacquires,
         s.ok_renews,
         s.ok_releases,
+        s.ok_transfers,
         s.fences,
         s.reads,
         s.refusals,
         s.ignored_uncommitted,
         s.ambiguous,
         report.excused.len(),
+        s.forced,
+        recorded.rows,
+        recorded.released,
+        recorded.forced,
+        recorded.transferred,
+        recorded.lapsed,
+        recorded.held,
+        recorded.allowed,
         checked_in,
-        report.violations.len() + run.tx_violations.len(),
+        recorded_in,
+        report.violations.len() + run.tx_violations.len() + recorded.violations.len(),
     )
 }
 
 /// I1, I2, I3, I4, I5, I6, I7, I11, I12, I13 over a randomized concurrent history with aborted
-/// transactions, killed connections and purges.
+/// transactions, killed connections, purges, transfers and an operator's force_release; at the end, every key's `lease.history`
+/// must tell exactly what the workload did (`recorded.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs() {
     let seed = seed();
@@ -212,7 +236,13 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
     let checking = std::time::Instant::now();
     let report = checker::check(&run.ops);
     let checked_in = checking.elapsed();
-    let stats_line = |run: &Run, report: &Report| stats_line(&cfg, run, report, checked_in);
+    // The recorded lease.history of every key against the workload's log.
+    let comparing = std::time::Instant::now();
+    let recorded = recorded::check(&run.ops, &run.recorded, driver::role_of);
+    let recorded_in = comparing.elapsed();
+    let checked_in = (checked_in, recorded_in);
+    let stats_line =
+        |run: &Run, report: &Report| stats_line(&cfg, run, report, &recorded, checked_in);
     say(&format!(
         "history: seed {seed}: {}",
         stats_line(&run, &report)
@@ -224,6 +254,7 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
     );
     let mut violations = run.tx_violations.clone();
     violations.extend(report.violations.iter().cloned());
+    violations.extend(recorded.violations.iter().cloned());
     assert!(violations.is_empty(), "{}", render(seed, &run, &violations));
 
     // The workload must actually have exercised what it claims to.
@@ -232,6 +263,12 @@ async fn concurrent_random_histories_keep_exclusion_fencing_and_monotonic_epochs
         ("committed grants", s.committed_grants),
         ("ok renews", s.ok_renews),
         ("ok releases", s.ok_releases),
+        ("ok transfers", s.ok_transfers),
+        ("force_releases that ended a grant", s.forced),
+        ("grants recorded as released", recorded.released),
+        ("grants recorded as forced", recorded.forced),
+        ("grants recorded as transferred", recorded.transferred),
+        ("grants recorded as lapsed", recorded.lapsed),
         ("passed fences", s.fences),
         ("re-acquires", s.reacquires),
         ("refusals", s.refusals),

@@ -29,12 +29,23 @@ pub enum Call {
         owner: String,
         epoch: i64,
     },
+    /// `lease.transfer(key, owner, epoch, to_owner, ttl)`: ends the grant (key, owner, epoch) and
+    /// grants the key to `to_owner` with the next epoch, in one step.
+    Transfer {
+        key: String,
+        owner: String,
+        epoch: i64,
+        to_owner: String,
+        ttl_ms: i64,
+    },
     /// `lease.fence(key, owner, epoch)` followed by a guarded write, in an explicit transaction.
     Fence {
         key: String,
         owner: String,
         epoch: i64,
     },
+    /// `lease.force_release(key)` by the installing role: ends whatever grant of the key is held.
+    ForceRelease { key: String },
     /// `lease.inspect(key)`.
     Inspect { key: String },
     /// `lease.register_waiter(key)`.
@@ -50,38 +61,59 @@ impl Call {
             Call::Acquire { key, .. }
             | Call::Renew { key, .. }
             | Call::Release { key, .. }
+            | Call::Transfer { key, .. }
             | Call::Fence { key, .. }
+            | Call::ForceRelease { key }
             | Call::Inspect { key }
             | Call::RegisterWaiter { key } => Some(key),
             Call::Purge { .. } => None,
         }
     }
 
-    /// The owner the call acts as (none for inspect, register_waiter and purge).
+    /// The owner the call acts as (none for inspect, register_waiter and purge); for a transfer,
+    /// the holder that hands the key over.
     pub fn owner(&self) -> Option<&str> {
         match self {
             Call::Acquire { owner, .. }
             | Call::Renew { owner, .. }
             | Call::Release { owner, .. }
+            | Call::Transfer { owner, .. }
             | Call::Fence { owner, .. } => Some(owner),
             _ => None,
         }
     }
 
-    /// The epoch the call presents (renew, release, fence).
-    pub fn epoch(&self) -> Option<i64> {
+    /// The owner a grant made by the call goes to: acquire's owner, transfer's `to_owner`.
+    pub fn grantee(&self) -> Option<&str> {
         match self {
-            Call::Renew { epoch, .. } | Call::Release { epoch, .. } | Call::Fence { epoch, .. } => {
-                Some(*epoch)
-            }
+            Call::Acquire { owner, .. } => Some(owner),
+            Call::Transfer { to_owner, .. } => Some(to_owner),
             _ => None,
         }
     }
 
-    /// The ttl in microseconds (acquire, renew).
+    /// True for the calls that may make a grant (acquire, transfer).
+    pub fn grants(&self) -> bool {
+        matches!(self, Call::Acquire { .. } | Call::Transfer { .. })
+    }
+
+    /// The epoch the call presents (renew, release, transfer, fence).
+    pub fn epoch(&self) -> Option<i64> {
+        match self {
+            Call::Renew { epoch, .. }
+            | Call::Release { epoch, .. }
+            | Call::Transfer { epoch, .. }
+            | Call::Fence { epoch, .. } => Some(*epoch),
+            _ => None,
+        }
+    }
+
+    /// The ttl in microseconds (acquire, renew, transfer).
     pub fn ttl_us(&self) -> Option<Micros> {
         match self {
-            Call::Acquire { ttl_ms, .. } | Call::Renew { ttl_ms, .. } => Some(ttl_ms * 1000),
+            Call::Acquire { ttl_ms, .. }
+            | Call::Renew { ttl_ms, .. }
+            | Call::Transfer { ttl_ms, .. } => Some(ttl_ms * 1000),
             _ => None,
         }
     }
@@ -90,7 +122,11 @@ impl Call {
     pub fn writes(&self) -> bool {
         matches!(
             self,
-            Call::Acquire { .. } | Call::Renew { .. } | Call::Release { .. }
+            Call::Acquire { .. }
+                | Call::Renew { .. }
+                | Call::Release { .. }
+                | Call::Transfer { .. }
+                | Call::ForceRelease { .. }
         )
     }
 }
@@ -122,6 +158,12 @@ pub enum Outcome {
     Released {
         status: String,
     },
+    /// transfer: `ok` with the successor's epoch and expiry, or a refusal with neither.
+    Transferred {
+        status: String,
+        epoch: Option<i64>,
+        expires_at: Option<Micros>,
+    },
     /// fence passed, returning the lease's expiry; `pre_commit` is the server clock read just
     /// before the transaction's COMMIT, `commit_sent` the client clock when COMMIT was sent (both
     /// set when the transaction ends, if it tried to commit).
@@ -131,6 +173,8 @@ pub enum Outcome {
         commit_sent: Option<u64>,
     },
     /// inspect: zero rows (`None`) or one.
+    /// force_release: the epoch it ended, or `None` (nothing held, nothing changed).
+    Forced(Option<i64>),
     Inspected(Option<View>),
     Registered(View),
     Purged(i64),
@@ -178,7 +222,8 @@ pub struct Op {
 }
 
 impl Op {
-    /// For a new grant or an ok renew: the server instant that wrote the expiry (expires_at - ttl).
+    /// For a new grant (by acquire or transfer) or an ok renew: the server instant that wrote the
+    /// expiry (expires_at - ttl).
     pub fn write_time(&self) -> Option<Micros> {
         let x = match &self.outcome {
             Outcome::Acquired {
@@ -186,6 +231,11 @@ impl Op {
                 expires_at: Some(x),
                 ..
             } => *x,
+            Outcome::Transferred {
+                status,
+                expires_at: Some(x),
+                ..
+            } if status == "ok" => *x,
             Outcome::Renewed {
                 status,
                 expires_at: Some(x),
@@ -195,7 +245,8 @@ impl Op {
         Some(x - self.call.ttl_us()?)
     }
 
-    /// `(epoch, expires_at)` of a granted acquire.
+    /// `(epoch, expires_at)` of a granted acquire, or of the successor's grant of an ok transfer
+    /// (granted to [`Call::grantee`]).
     pub fn granted(&self) -> Option<(i64, Micros)> {
         match &self.outcome {
             Outcome::Acquired {
@@ -203,8 +254,26 @@ impl Op {
                 epoch: Some(e),
                 expires_at: Some(x),
             } => Some((*e, *x)),
+            Outcome::Transferred {
+                status,
+                epoch: Some(e),
+                expires_at: Some(x),
+            } if status == "ok" => Some((*e, *x)),
             _ => None,
         }
+    }
+
+    /// The epoch a force_release ended, if it ended one.
+    pub fn forced(&self) -> Option<i64> {
+        match &self.outcome {
+            Outcome::Forced(e) => *e,
+            _ => None,
+        }
+    }
+
+    /// True for an ok transfer (which ended the grant it presented).
+    pub fn transferred(&self) -> bool {
+        matches!(&self.outcome, Outcome::Transferred { status, .. } if status == "ok")
     }
 
     /// Expiry set by an ok renew.
@@ -229,7 +298,10 @@ impl Op {
             && match &self.outcome {
                 Outcome::Lost => true,
                 Outcome::Acquired { acquired, .. } => *acquired,
-                Outcome::Renewed { status, .. } | Outcome::Released { status } => status == "ok",
+                Outcome::Forced(e) => e.is_some(),
+                Outcome::Renewed { status, .. }
+                | Outcome::Released { status }
+                | Outcome::Transferred { status, .. } => status == "ok",
                 _ => false,
             }
     }
@@ -265,7 +337,18 @@ impl fmt::Display for Show<'_> {
                 ttl_ms,
             } => write!(f, " renew({key}, {owner}, {epoch}, {ttl_ms}ms)")?,
             Call::Release { key, owner, epoch } => write!(f, " release({key}, {owner}, {epoch})")?,
+            Call::Transfer {
+                key,
+                owner,
+                epoch,
+                to_owner,
+                ttl_ms,
+            } => write!(
+                f,
+                " transfer({key}, {owner}, {epoch}, to {to_owner}, {ttl_ms}ms)"
+            )?,
             Call::Fence { key, owner, epoch } => write!(f, " fence({key}, {owner}, {epoch})")?,
+            Call::ForceRelease { key } => write!(f, " force_release({key})")?,
             Call::Inspect { key } => write!(f, " inspect({key})")?,
             Call::RegisterWaiter { key } => write!(f, " register_waiter({key})")?,
             Call::Purge { older_than_ms } => write!(f, " purge({older_than_ms}ms)")?,
@@ -281,6 +364,11 @@ impl fmt::Display for Show<'_> {
                 write!(f, " -> ({status}, {})", x(expires_at))?
             }
             Outcome::Released { status } => write!(f, " -> {status}")?,
+            Outcome::Transferred {
+                status,
+                epoch,
+                expires_at,
+            } => write!(f, " -> ({status}, {epoch:?}, {})", x(expires_at))?,
             Outcome::Fenced {
                 expires_at,
                 pre_commit,
@@ -291,6 +379,7 @@ impl fmt::Display for Show<'_> {
                 rel(*expires_at, base),
                 x(pre_commit)
             )?,
+            Outcome::Forced(e) => write!(f, " -> {e:?}")?,
             Outcome::Inspected(None) => write!(f, " -> no row")?,
             Outcome::Inspected(Some(v)) | Outcome::Registered(v) => write!(
                 f,

@@ -4,6 +4,7 @@
 
 use crate::checker::{Report, check};
 use crate::model::{Call, Commit, Micros, Op, Outcome, View};
+use crate::recorded::{self, Recorded, Row};
 use crate::synthetic;
 
 const BASE: Micros = 1_800_000_000_000_000;
@@ -105,6 +106,34 @@ impl H {
             },
             Outcome::Released {
                 status: status.into(),
+            },
+            ms,
+        )
+    }
+
+    /// A transfer at `ms` of (owner, epoch) to `to`: `Some(epoch)` granted until `ms + ttl`, or
+    /// refused with `status` when `granted` is None.
+    fn transfer(
+        &mut self,
+        owner: &str,
+        epoch: i64,
+        to: &str,
+        ms: i64,
+        ttl: i64,
+        granted: Option<i64>,
+    ) -> usize {
+        self.push(
+            Call::Transfer {
+                key: "k".into(),
+                owner: owner.into(),
+                epoch,
+                to_owner: to.into(),
+                ttl_ms: ttl,
+            },
+            Outcome::Transferred {
+                status: if granted.is_some() { "ok" } else { "not_owner" }.into(),
+                epoch: granted,
+                expires_at: granted.map(|_| at(ms + ttl)),
             },
             ms,
         )
@@ -544,4 +573,290 @@ fn checker_accepts_a_large_valid_history() {
     for (what, count) in exercised {
         assert!(count > n / 1000, "only {count} {what} in {n} calls: {s:?}");
     }
+}
+
+/// A history with a release, a transfer and a lapse, and the lease.history that tells it: epoch 1
+/// renewed and released, epoch 3 transferred to c (epoch 4), which was renewed and lapsed; the history
+/// read at 400 ms.
+fn with_transfer() -> (H, Recorded) {
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100); //               a holds 1 until 100
+    h.renew("a", 1, 50, 100, "ok"); //        until 150
+    h.release("a", 1, 60, "ok"); //           FREE(2)
+    h.grant("b", 3, 100, 100); //             b holds 3 until 200
+    h.renew("b", 1, 110, 100, "not_owner");
+    h.transfer("b", 3, "c", 120, 100, Some(4)); // c holds 4 until 220
+    h.renew("b", 3, 130, 100, "not_owner"); //    the old grant is fenced
+    h.renew("c", 4, 150, 100, "ok"); //       until 250
+    h.transfer("b", 3, "a", 160, 100, None);
+    let row = |epoch,
+               owner: &str,
+               granted: i64,
+               expires: i64,
+               ended: Option<Micros>,
+               by: Option<&str>| Row {
+        epoch,
+        owner: owner.into(),
+        holder_role: Some("app".into()),
+        granted_at: Some(at(granted)),
+        expires_at: Some(at(expires)),
+        ended_at: ended,
+        ended_by: by.map(str::to_string),
+        data: None,
+    };
+    let rows = vec![
+        row(1, "a", 0, 150, Some(at(60) + 500), Some("released")),
+        row(3, "b", 100, 200, Some(at(120)), Some("transferred")),
+        row(4, "c", 120, 250, Some(at(250)), Some("lapsed")),
+    ];
+    let rec = Recorded {
+        key: "k".into(),
+        t0: at(400),
+        t1: at(401),
+        rows,
+    };
+    (h, rec)
+}
+
+fn recorded_violations(h: &H, rec: &Recorded) -> recorded::Report {
+    recorded::check(&h.ops, std::slice::from_ref(rec), |_| "app")
+}
+
+/// Asserts that the comparison reports a violation whose text contains `what`.
+fn recorded_reports(h: &H, rec: &Recorded, what: &str) {
+    let r = recorded_violations(h, rec);
+    assert!(
+        r.violations.iter().any(|v| v.what.contains(what)),
+        "expected a violation containing {what:?}, got {:#?}",
+        r.violations
+    );
+}
+
+#[test]
+fn checker_accepts_transfers_and_a_recorded_history_that_tells_the_log() {
+    let (h, rec) = with_transfer();
+    let r = reports(&h, &[]);
+    assert_eq!(r.stats.committed_grants, 3);
+    assert_eq!(r.stats.ok_transfers, 1);
+    let r = recorded_violations(&h, &rec);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(
+        (
+            r.rows,
+            r.released,
+            r.transferred,
+            r.lapsed,
+            r.held,
+            r.allowed
+        ),
+        (3, 1, 1, 1, 0, 0)
+    );
+    // Read before c's grant lapsed, the last grant is held.
+    let mut early = rec.clone();
+    (early.t0, early.t1) = (at(200), at(201));
+    early.rows[2].ended_at = None;
+    early.rows[2].ended_by = None;
+    let r = recorded_violations(&h, &early);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.held, 1);
+}
+
+#[test]
+fn checker_reports_a_renew_or_release_after_a_transfer_and_a_grant_in_place_of_the_successor_i3() {
+    let (mut h, _) = with_transfer();
+    h.renew("b", 3, 170, 100, "ok");
+    reports(&h, &["I3"]);
+    let (mut h, _) = with_transfer();
+    h.release("b", 3, 170, "ok");
+    reports(&h, &["I3"]);
+    let mut h = H::default();
+    h.grant("a", 1, 0, 100);
+    h.transfer("a", 1, "b", 10, 100, Some(2));
+    h.ops[1].outcome = Outcome::Transferred {
+        status: "ok".into(),
+        epoch: Some(3),
+        expires_at: Some(at(110)),
+    };
+    // (Skipping epoch 2 also consumed an epoch that no committed grant carries.)
+    reports(&h, &["I3", "I7"]);
+}
+
+#[test]
+fn history_comparison_reports_a_missing_or_misattributed_grant() {
+    let (h, mut rec) = with_transfer();
+    rec.rows.remove(1);
+    recorded_reports(
+        &h,
+        &rec,
+        "the committed grant of epoch 3 to b is not in lease.history",
+    );
+    let (h, mut rec) = with_transfer();
+    rec.rows[2].owner = "b".into();
+    recorded_reports(&h, &rec, "records epoch 4 as b's");
+    let (h, mut rec) = with_transfer();
+    rec.rows[0].holder_role = Some("reporting".into());
+    recorded_reports(&h, &rec, "for role");
+    let (h, mut rec) = with_transfer();
+    rec.rows[0].granted_at = Some(at(1));
+    recorded_reports(&h, &rec, "as granted at");
+    let (h, mut rec) = with_transfer();
+    rec.rows[1].data = Some("x".into());
+    recorded_reports(&h, &rec, "records data");
+}
+
+#[test]
+fn history_comparison_reports_a_grant_nobody_made_or_one_that_rolled_back_but_allows_a_lost_call() {
+    let (h, mut rec) = with_transfer();
+    let mut extra = rec.rows[2].clone();
+    (extra.epoch, extra.granted_at, extra.expires_at) = (5, Some(at(300)), Some(at(350)));
+    extra.ended_at = extra.expires_at;
+    rec.rows.push(extra.clone());
+    recorded_reports(&h, &rec, "that no call of the workload made");
+    // The same grant, by a call that rolled back.
+    let (mut h, _) = with_transfer();
+    let g = h.grant("c", 5, 300, 50);
+    h.set(g, Commit::NotCommitted, Some(1));
+    recorded_reports(&h, &rec, "whose every call rolled back");
+    // A call to c whose connection died before 300 ms may have made it: allowed, once.
+    let (mut h, _) = with_transfer();
+    let lost = h.push(acquire("c", 50), Outcome::Lost, 290);
+    h.set(lost, Commit::Ambiguous, None);
+    h.ops[lost].t0 = None;
+    h.ops[lost].t1 = None;
+    let r = recorded_violations(&h, &rec);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.allowed, 1);
+    let mut twice = rec.clone();
+    (extra.epoch, extra.granted_at) = (6, Some(at(360)));
+    twice.rows.push(extra);
+    recorded_reports(&h, &twice, "that no call of the workload made");
+}
+
+#[test]
+fn history_comparison_reports_an_end_that_is_not_what_the_workload_did() {
+    // Released (acknowledged ok), recorded as lapsed.
+    let (h, mut rec) = with_transfer();
+    rec.rows[0].ended_by = Some("lapsed".into());
+    rec.rows[0].ended_at = Some(at(150));
+    recorded_reports(&h, &rec, "epoch 1 was released (acknowledged ok)");
+    // Released, but at a time outside the release's call.
+    let (h, mut rec) = with_transfer();
+    rec.rows[0].ended_at = Some(at(70));
+    recorded_reports(&h, &rec, "outside the call that released it");
+    // Transferred, recorded as released.
+    let (h, mut rec) = with_transfer();
+    rec.rows[1].ended_by = Some("released".into());
+    recorded_reports(&h, &rec, "epoch 3 was transferred (acknowledged ok)");
+    // Transferred, but the successor was not granted when it ended.
+    let (h, mut rec) = with_transfer();
+    rec.rows[2].granted_at = Some(at(121));
+    recorded_reports(&h, &rec, "but lease.history's next grant is");
+    // Lapsed, but its recorded last expiry is not the renewal's.
+    let (h, mut rec) = with_transfer();
+    rec.rows[2].expires_at = Some(at(220));
+    rec.rows[2].ended_at = Some(at(220));
+    recorded_reports(&h, &rec, "its last committed version had");
+    // Recorded as held although its expiry passed before the read.
+    let (h, mut rec) = with_transfer();
+    rec.rows[2].ended_by = None;
+    rec.rows[2].ended_at = None;
+    recorded_reports(&h, &rec, "recorded as held with last expiry");
+    // Recorded as lapsed at an expiry after the read.
+    let (h, mut rec) = with_transfer();
+    (rec.t0, rec.t1) = (at(200), at(201));
+    recorded_reports(&h, &rec, "which had not passed");
+    // Forced, which the workload never does.
+    let (h, mut rec) = with_transfer();
+    rec.rows[2].ended_by = Some("forced".into());
+    recorded_reports(&h, &rec, "recorded as ended by \"forced\"");
+    // Epochs out of order.
+    let (h, mut rec) = with_transfer();
+    rec.rows.swap(0, 1);
+    recorded_reports(&h, &rec, "lists epoch 1 after epoch 3");
+}
+
+#[test]
+fn history_comparison_allows_either_end_for_a_release_of_unknown_outcome() {
+    let (mut h, mut rec) = with_transfer();
+    let g = h.grant("c", 5, 300, 50);
+    let rel = h.release("c", 5, 310, "ok");
+    h.set(rel, Commit::Ambiguous, Some(7));
+    let row = |by: &str, ended| Row {
+        epoch: 5,
+        owner: "c".into(),
+        holder_role: Some("app".into()),
+        granted_at: Some(at(300)),
+        expires_at: Some(at(350)),
+        ended_at: Some(ended),
+        ended_by: Some(by.into()),
+        data: None,
+    };
+    (rec.t0, rec.t1) = (at(400), at(401));
+    rec.rows.push(row("released", at(310) + 500));
+    let r = recorded_violations(&h, &rec);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.allowed, 1);
+    rec.rows[3] = row("lapsed", at(350));
+    let r = recorded_violations(&h, &rec);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    // Once the release is known to have committed, only `released` is right.
+    h.set(rel, Commit::Committed, None);
+    recorded_reports(&h, &rec, "epoch 5 was released (acknowledged ok)");
+    let _ = g;
+}
+
+#[test]
+fn checker_and_history_comparison_take_a_force_release_as_the_end_of_the_grant() {
+    let (mut h, mut rec) = with_transfer();
+    // The operator ends c's epoch 4 at 200 ms (before its expiry at 250).
+    let f = h.push(
+        Call::ForceRelease { key: "k".into() },
+        Outcome::Forced(Some(4)),
+        200,
+    );
+    rec.rows[2].ended_by = Some("forced".into());
+    rec.rows[2].ended_at = Some(at(200) + 500);
+    let r = reports(&h, &[]);
+    assert_eq!(r.stats.forced, 1);
+    let r = recorded_violations(&h, &rec);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.forced, 1);
+    // Recorded as lapsed although it was forced.
+    let mut lapsed = rec.clone();
+    lapsed.rows[2].ended_by = Some("lapsed".into());
+    lapsed.rows[2].ended_at = Some(at(250));
+    recorded_reports(&h, &lapsed, "epoch 4 was force-released (acknowledged ok)");
+    // The forced holder's renewal is not ok any more; a grant after the force counts from 5.
+    let mut late = H { ops: h.ops.clone() };
+    late.renew("c", 4, 210, 100, "ok");
+    reports(&late, &["I3"]);
+    let mut next = H { ops: h.ops.clone() };
+    next.grant("a", 5, 220, 100);
+    reports(&next, &["I2"]);
+    let mut next = H { ops: h.ops.clone() };
+    next.grant("a", 6, 220, 100);
+    reports(&next, &[]);
+    let _ = f;
+}
+
+#[test]
+fn history_comparison_reports_a_grant_known_committed_only_through_later_calls_when_missing() {
+    // The grant's own call lost its answer; a committed renewal of (c, 5) shows it committed.
+    let (mut h, rec) = with_transfer();
+    let lost = h.push(acquire("c", 50), Outcome::Lost, 290);
+    h.set(lost, Commit::Ambiguous, None);
+    h.ops[lost].t0 = None;
+    h.ops[lost].t1 = None;
+    h.renew("c", 5, 300, 100, "ok");
+    recorded_reports(&h, &rec, "epoch 5 (Some(\"c\")) was committed");
+    // Recorded, it is explained by the lost call.
+    let mut with = rec.clone();
+    let mut row = with.rows[2].clone();
+    (row.epoch, row.granted_at, row.expires_at) = (5, Some(at(295)), Some(at(400)));
+    (row.ended_at, row.ended_by) = (None, None);
+    with.rows.push(row);
+    (with.t0, with.t1) = (at(390), at(391));
+    let r = recorded_violations(&h, &with);
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.allowed, 1);
 }

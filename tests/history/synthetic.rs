@@ -1,7 +1,7 @@
 //! Large synthetic histories that keep every invariant: a sequential model of pg_lease (one call at a
 //! time on a made-up server clock, each call in its own 1 ms window) that records what each call
 //! would have returned. They exercise every path of the checker (grants, re-acquires, renews,
-//! releases, fences in committed transactions, reads, refusals, rolled-back writes, lost calls,
+//! releases, transfers, force_releases, fences in committed transactions, reads, refusals, rolled-back writes, lost calls,
 //! purges) at any size, to show that the checker's work grows like n log n in their size.
 
 use std::collections::HashSet;
@@ -235,6 +235,53 @@ impl Gen {
         self.push(call, outcome, t0)
     }
 
+    /// A transfer of (owner, epoch) to another owner: the successor holds the next epoch.
+    fn transfer(&mut self, k: usize, t0: Micros) -> usize {
+        let (owner, epoch) = self.target(k);
+        let to = self.owner();
+        let ttl_ms = self.ttl();
+        let status = self.status(k, &owner, epoch, t0);
+        let granted = (status == "ok").then(|| {
+            let next = epoch + 1;
+            let at = self.instant(k, &to, next, t0, ttl_ms);
+            let x = at + ttl_ms * 1000;
+            let row = &mut self.rows[k];
+            row.counter = next;
+            row.holder = Some((to.clone(), next, x));
+            (next, x)
+        });
+        let call = Call::Transfer {
+            key: format!("k{k}"),
+            owner,
+            epoch,
+            to_owner: to,
+            ttl_ms,
+        };
+        let outcome = Outcome::Transferred {
+            status: status.to_string(),
+            epoch: granted.map(|g| g.0),
+            expires_at: granted.map(|g| g.1),
+        };
+        self.push(call, outcome, t0)
+    }
+
+    /// The operator's force_release: ends the live grant (the counter moves to epoch + 1), if any.
+    fn force(&mut self, k: usize, t0: Micros) -> usize {
+        let ended = self.rows[k].live(t0).map(|h| h.1);
+        if let Some(e) = ended {
+            let row = &mut self.rows[k];
+            row.counter = e + 1;
+            row.holder = None;
+        }
+        self.push(
+            Call::ForceRelease {
+                key: format!("k{k}"),
+            },
+            Outcome::Forced(ended),
+            t0,
+        )
+    }
+
     /// A fence (and its guarded write) in a transaction that commits right after it, or fails.
     fn fence(&mut self, k: usize, t0: Micros) -> usize {
         let (owner, epoch) = self.target(k);
@@ -362,7 +409,9 @@ pub fn valid_history(n: usize, keys: usize, seed: u64) -> Vec<Op> {
             30..53 => g.renew(k, t0, true),
             53..63 => g.release(k, t0),
             63..71 => g.fence(k, t0),
-            71..86 => g.read(k, t0, false),
+            71..83 => g.read(k, t0, false),
+            83..84 => g.force(k, t0),
+            84..86 => g.transfer(k, t0),
             86..91 => g.read(k, t0, true),
             91..95 => g.acquire(k, t0, false),
             95..99 => g.renew(k, t0, false),

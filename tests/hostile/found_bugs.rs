@@ -185,3 +185,81 @@ async fn the_installer_cannot_run_code_as_the_function_owner_through_schema_leas
         "the installer's operator ran inside the API: {e:?}"
     );
 }
+
+/// SEMANTICS.md §12 (lease.transfer): `ok` means that `to_owner` now holds the key with the next
+/// epoch; otherwise nothing changed and the status is a refusal. Bug (0.9.0 before the fix): a
+/// transfer that found no row for the key (unknown, or purged) judged its refusal in a later
+/// statement, which took a new snapshot; a grant of the key to the presented owner at the presented
+/// epoch, committed in between, made that judgement `ok`, and the transfer returned
+/// `('ok', NULL, NULL)` having handed nothing over. Between the two statements the backend may be
+/// descheduled or paused for any time; here that pause is made certain: the superuser re-creates
+/// lease.transfer, in this database only, with a 1 s sleep right after its locked read (an
+/// assignment, which leaves FOUND as the read set it).
+#[tokio::test]
+async fn a_transfer_racing_the_creation_of_its_key_never_reports_ok_without_handing_it_over() {
+    let s = server();
+    let db = s.fresh_db_with_extension("hostile_transfer_new_key");
+    s.psql(
+        &db,
+        "DO $$ DECLARE d text := pg_get_functiondef(
+                 'lease.transfer(text,text,bigint,text,interval)'::regprocedure);
+         BEGIN
+             IF d NOT LIKE '%FOR NO KEY UPDATE;%' THEN RAISE 'no locked read in lease.transfer'; END IF;
+             EXECUTE regexp_replace(d, 'FOR NO KEY UPDATE;',
+                 'FOR NO KEY UPDATE; v_now := (SELECT pg_catalog.clock_timestamp() FROM pg_catalog.pg_sleep(1) AS z);');
+         END $$",
+    );
+    let observer = s.connect_super(&db).await;
+    let transferring = s.connect_as(&db, APP).await;
+    let pid = backend_pid(&transferring).await;
+    let creator = s.connect_as(&db, APP).await;
+    let transfer = tokio::spawn(async move {
+        transferring
+            .query_one(
+                "SELECT status, epoch, expires_at IS NOT NULL \
+                   FROM lease.transfer('k', 'o1', 1, 'o2', '1 hour')",
+                &[],
+            )
+            .await
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    r.get::<_, Option<i64>>(1),
+                    r.get::<_, bool>(2),
+                )
+            })
+    });
+    // The transfer found no row and is paused before judging its refusal; the key is created
+    // meanwhile.
+    pglease_tests::await_backend_waiting(&observer, pid, Wait::Sleep, Duration::from_secs(10))
+        .await;
+    let epoch: i64 = creator
+        .query_one("SELECT epoch FROM lease.acquire('k', 'o1', '1 hour')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(epoch, 1, "the key's first grant");
+    let (status, new_epoch, expires) = transfer.await.unwrap().unwrap();
+    let held: (String, i64) = creator
+        .query_one("SELECT owner, epoch FROM lease.inspect('k')", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    match status.as_str() {
+        // Judged again on the row it now finds: the transfer happened.
+        "ok" => {
+            assert_eq!(
+                (new_epoch, expires),
+                (Some(2), true),
+                "ok names the successor's grant"
+            );
+            assert_eq!(held, ("o2".to_string(), 2));
+        }
+        // Judged on the state it read: there was no grant to hand over.
+        "not_owner" => {
+            assert_eq!((new_epoch, expires), (None, false));
+            assert_eq!(held, ("o1".to_string(), 1));
+        }
+        other => panic!("transfer reported {other} for a key it found without a row"),
+    }
+}

@@ -102,6 +102,17 @@ async fn the_installing_role_can_create_rename_or_replace_nothing_in_schema_leas
         "DELETE FROM lease.epoch_floor",
         "TRUNCATE lease.leases",
         "SELECT * FROM lease.epoch_floor FOR KEY SHARE",
+        // The grant history: the installing role may read and append it (dump and restore), never
+        // rewrite or shorten it but through the API (lease.purge and its retention).
+        "UPDATE lease.grant_history SET ended_by = 'released'",
+        "DELETE FROM lease.grant_history",
+        "TRUNCATE lease.grant_history",
+        "ALTER TABLE lease.grant_history ADD COLUMN x int",
+        "CREATE TRIGGER t BEFORE INSERT ON lease.grant_history FOR EACH ROW EXECUTE FUNCTION pg_catalog.suppress_redundant_updates_trigger()",
+        "CREATE FUNCTION lease.history(text, timestamptz) RETURNS SETOF lease.history_entry \
+         LANGUAGE sql AS $$ SELECT NULL::lease.history_entry $$",
+        "ALTER FUNCTION lease.transfer(text, text, bigint, text, interval) SECURITY INVOKER",
+        "ALTER FUNCTION lease.history(text, timestamptz, text, integer) SET search_path = public",
     ] {
         refused(&admin, sql, "42501").await;
     }
@@ -271,30 +282,37 @@ async fn the_installing_role_decides_who_may_call_the_api_also_after_an_update()
             }
         }
         .unwrap();
+        // A read of the state and of the grant history stand for every call.
+        let reads = [
+            "SELECT * FROM lease.inspect('k')",
+            "SELECT * FROM lease.history('k')",
+        ];
         let app = s.connect_as(&db, APP).await;
-        app.batch_execute("SELECT * FROM lease.inspect('k')")
-            .await
-            .unwrap_or_else(|e| panic!("from {from:?}: {e}"));
+        for sql in reads {
+            app.batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("from {from:?}: {sql}: {e}"));
+        }
         admin
             .batch_execute(&format!("REVOKE USAGE ON SCHEMA lease FROM PUBLIC, {APP}"))
             .await
             .unwrap();
         let app = s.connect_as(&db, APP).await;
-        assert_eq!(
-            expect_error(&app, "SELECT * FROM lease.inspect('k')")
-                .await
-                .code,
-            "42501",
-            "from {from:?}: revoked by the installing role"
-        );
+        for sql in reads {
+            assert_eq!(
+                expect_error(&app, sql).await.code,
+                "42501",
+                "from {from:?}: {sql}: revoked by the installing role"
+            );
+        }
         admin
             .batch_execute(&format!("GRANT USAGE ON SCHEMA lease TO {APP}"))
             .await
             .unwrap();
         let app = s.connect_as(&db, APP).await;
-        app.batch_execute("SELECT * FROM lease.inspect('k')")
-            .await
-            .unwrap();
+        for sql in reads {
+            app.batch_execute(sql).await.unwrap();
+        }
     }
 }
 

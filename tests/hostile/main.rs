@@ -5,10 +5,11 @@
 //! oddities, control characters, quotes, backslashes and LIKE wildcards, extreme and mixed-sign
 //! intervals and extreme epochs, always as typed parameters. Every call must either succeed with a
 //! well-formed result consistent with the state it acted on, or fail with a documented SQLSTATE and
-//! leave the state (every column of both tables) unchanged. Two client-side failures are classified
-//! apart, and in both the function is never reached: interval literals PostgreSQL cannot parse
-//! (22007/22008/22015 at the `::interval` cast, checked with the cast alone first) and text containing
-//! NUL, which PostgreSQL cannot store in `text` (22021 when the parameter is received).
+//! leave the state (every column of every table: the leases, the epoch floor, the grant history and
+//! the settings) unchanged. Two client-side failures are classified apart, and in both the function
+//! is never reached: interval literals PostgreSQL cannot parse (22007/22008/22015 at the `::interval`
+//! cast, checked with the cast alone first) and text containing NUL, which PostgreSQL cannot store in
+//! `text` (22021 when the parameter is received).
 //!
 //! Environment: `PGLEASE_HOSTILE_SEED` (a u64) fixes the generated inputs; unset, a random seed is
 //! used. It is always printed on stderr and in failure messages. `PGLEASE_HOSTILE_CASES` overrides
@@ -73,15 +74,20 @@ impl Db {
         }
     }
 
-    /// Every row of both tables, all columns, as text (the "nothing changed" snapshot). With
+    /// Every row of every table (the leases, the epoch floor, the grant history and the settings),
+    /// all columns, as text: the "nothing changed" snapshot, read as the superuser. With
     /// `with_waiting = false` the waiter mark (set by register_waiter) is left out.
     pub async fn state(&self, with_waiting: bool) -> Vec<String> {
         let sql = if with_waiting {
             "SELECT format('%s', l) FROM lease.leases l \
-             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f ORDER BY 1"
+             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f \
+             UNION ALL SELECT format('history %s', h) FROM lease.grant_history h \
+             UNION ALL SELECT format('settings %s', s) FROM lease.settings s ORDER BY 1"
         } else {
             "SELECT format('%s|%s|%s|%s', key, owner, epoch, expires_at) FROM lease.leases \
-             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f ORDER BY 1"
+             UNION ALL SELECT format('floor %s', f) FROM lease.epoch_floor f \
+             UNION ALL SELECT format('history %s', h) FROM lease.grant_history h \
+             UNION ALL SELECT format('settings %s', s) FROM lease.settings s ORDER BY 1"
         };
         self.su
             .query(sql, &[])

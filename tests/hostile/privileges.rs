@@ -59,6 +59,20 @@ async fn role_without_privileges_on_schema_lease_cannot_create_alter_or_take_ove
         "COPY lease.leases TO STDOUT",
         "SELECT * FROM lease.epoch_floor FOR KEY SHARE",
         "SELECT lease.purge('0')",
+        // The grant history (0.9.0): read only through lease.history, written only by the API.
+        "SELECT * FROM lease.grant_history",
+        "INSERT INTO lease.grant_history (key, epoch, owner) VALUES ('k', 1, 'forged')",
+        "UPDATE lease.grant_history SET ended_by = 'released'",
+        "DELETE FROM lease.grant_history",
+        "TRUNCATE lease.grant_history",
+        "COPY lease.grant_history TO STDOUT",
+        "ALTER TABLE lease.grant_history ADD COLUMN x int",
+        "CREATE TRIGGER t BEFORE INSERT ON lease.grant_history FOR EACH ROW EXECUTE FUNCTION pg_catalog.suppress_redundant_updates_trigger()",
+        "SELECT lease.configure_history(false)",
+        "SELECT lease.configure_history(NULL, '1 day')",
+        "ALTER FUNCTION lease.transfer(text, text, bigint, text, interval) SECURITY INVOKER",
+        "ALTER FUNCTION lease.history(text, timestamptz, text, integer) SET search_path = public",
+        "ALTER FUNCTION lease.configure_history(boolean, interval) OWNER TO app",
     ] {
         refused(&app, sql, "42501").await;
     }
@@ -68,6 +82,8 @@ async fn role_without_privileges_on_schema_lease_cannot_create_alter_or_take_ove
         "GRANT EXECUTE ON FUNCTION lease.purge(interval) TO app",
         "GRANT EXECUTE ON FUNCTION lease._refusal(text, text, text, bigint) TO app",
         "GRANT CREATE ON SCHEMA lease TO app",
+        "GRANT SELECT, INSERT, UPDATE ON lease.grant_history TO app",
+        "GRANT EXECUTE ON FUNCTION lease.configure_history(boolean, interval) TO app",
     ] {
         if let Err(e) = app.batch_execute(sql).await {
             assert_eq!(e.code().map(|c| c.code()), Some("42501"), "{sql}: {e}");
@@ -76,6 +92,8 @@ async fn role_without_privileges_on_schema_lease_cannot_create_alter_or_take_ove
     refused(&app, "SELECT * FROM lease.leases", "42501").await;
     refused(&app, "SELECT lease.purge('0')", "42501").await;
     refused(&app, "CREATE TABLE lease.t (x int)", "42501").await;
+    refused(&app, "SELECT * FROM lease.grant_history", "42501").await;
+    refused(&app, "SELECT lease.configure_history(false)", "42501").await;
     let n: i64 = app
         .query_one(
             "SELECT count(*) FROM pg_class WHERE relnamespace = 'lease'::regnamespace",

@@ -554,3 +554,432 @@ fn purge_with_hostile_bounds_deletes_only_idle_rows_and_raises_the_floor() {
         })
     });
 }
+
+/// The length in seconds the API judges an interval by (`date_part('epoch', ...)`); `None` for
+/// NULL or an unparseable literal.
+async fn seconds(db: &Db, literal: &Option<String>) -> Option<f64> {
+    let lit = literal.as_ref()?;
+    db.su
+        .query_one("SELECT date_part('epoch', $1::text::interval)", &[lit])
+        .await
+        .ok()
+        .map(|r| r.get(0))
+}
+
+/// A ttl the API accepts: in (0, 365 days].
+fn valid_ttl(s: Option<f64>) -> bool {
+    s.is_some_and(|s| s > 0.0 && s <= 31_536_000.0)
+}
+
+/// The grant history of `key` as stored, read as the superuser: (epoch, owner, holder_role, data,
+/// prior_ended_by, ended_by), by epoch.
+type HistoryRow = (
+    i64,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+async fn stored_history(db: &Db, key: &Text) -> Vec<HistoryRow> {
+    db.su
+        .query(
+            "SELECT epoch, owner, holder_role, data, prior_ended_by, ended_by \
+               FROM lease.grant_history WHERE key = $1 ORDER BY epoch",
+            &[&key.0],
+        )
+        .await
+        .expect("read lease.grant_history")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+        .collect()
+}
+
+#[test]
+fn transfer_with_hostile_arguments_hands_over_only_the_holders_grant_or_fails_documented_without_change()
+ {
+    let db = Db::new("hostile_transfer");
+    let strategy = (
+        inputs::text(),
+        inputs::text(),
+        inputs::epoch(),
+        inputs::text(),
+        inputs::interval(),
+        inputs::setup(),
+        prop::bool::weighted(0.4),
+        any::<bool>(),
+    );
+    run(
+        "transfer",
+        strategy,
+        |(key, owner, epoch, to_owner, ttl, setup, theirs, plain)| {
+            db.rt.block_on(async {
+                prepare(&db, &key, &owner, setup).await;
+                if theirs && key.valid() && owner.valid() {
+                    // The installing role takes the key for the caller's owner string, if it can:
+                    // a grant of another role, which the caller may not hand over (42501).
+                    db.admin
+                        .query_one(
+                            "SELECT acquired FROM lease.acquire($1, $2, '1 hour')",
+                            &[&key.0, &owner.0],
+                        )
+                        .await
+                        .expect("the installing role's acquire");
+                }
+                let other_role = key.valid()
+                    && db
+                        .su
+                        .query_opt("SELECT holder_role FROM lease.leases WHERE key = $1", &[&key.0])
+                        .await
+                        .expect("holder_role")
+                        .and_then(|r| r.get::<_, Option<String>>(0))
+                        .is_some_and(|r| r != pglease_tests::APP);
+                // Against another role's grant, present its current epoch: the one call that
+                // would succeed for its own role.
+                let epoch = if theirs && other_role {
+                    epoch_arg(&db, &key, inputs::Epoch::Current(0)).await
+                } else {
+                    epoch_arg(&db, &key, epoch).await
+                };
+                // ... and half the time a plain successor and ttl, so that only the role is wrong.
+                let (to_owner, ttl) = if theirs && other_role && plain {
+                    (Text(Some("heir".into())), Some("1 hour".to_string()))
+                } else {
+                    (to_owner, ttl)
+                };
+                let ttl_c = cast(&db, &ttl).await;
+                let ttl_ok = valid_ttl(seconds(&db, &ttl).await);
+                let before = db.state(true).await;
+                let row = stored(&db, &key).await;
+                let res = db
+                    .app
+                    .query_one(
+                        "SELECT t.status, t.epoch, t.expires_at, \
+                                t.expires_at >= s.t0 + make_interval(secs => date_part('epoch', $5::text::interval)), \
+                                t.expires_at <= clock_timestamp() + make_interval(secs => date_part('epoch', $5::text::interval)) \
+                           FROM (SELECT clock_timestamp() AS t0 OFFSET 0) AS s \
+                          CROSS JOIN LATERAL lease.transfer(CASE WHEN s.t0 IS NOT NULL THEN $1::text END, \
+                                $2::text, $3::bigint, $4::text, $5::text::interval) AS t",
+                        &[&key.0, &owner.0, &epoch, &to_owner.0, &ttl],
+                    )
+                    .await;
+                let after = db.state(true).await;
+                match res {
+                    Err(e) => {
+                        let f = failed(e)?;
+                        let allowed: &[&str] = if other_role {
+                            &["22023", "42501"]
+                        } else {
+                            &["22023"]
+                        };
+                        judge_failure(
+                            &f,
+                            &[&key, &owner, &to_owner],
+                            &[&ttl_c],
+                            allowed,
+                            before == after,
+                        )?;
+                        if f.code == "42501" {
+                            // Only the current grant itself, of another role, is refused so.
+                            let owner_s = owner.0.as_deref().unwrap_or("");
+                            let want = epoch.map(|e| expected_status(&row, owner_s, e).0);
+                            prop_assert_eq!(want, Some("ok"), "42501 for {:?}", row);
+                        }
+                        if f.code == "22023" {
+                            let mut expected = violations(&[
+                                key.violation("key", false, false),
+                                owner.violation("owner", false, false),
+                            ]);
+                            if epoch.is_none() {
+                                expected.push("epoch must not be NULL".into());
+                            }
+                            expected.extend(to_owner.violation("to_owner", false, false));
+                            prop_assert!(
+                                !expected.is_empty() || !ttl_ok,
+                                "22023 for valid input ({:?})",
+                                f.detail
+                            );
+                            // Every violation named (I8), whichever arguments they are in.
+                            check_detail(&f, &expected)?;
+                        }
+                    }
+                    Ok(r) => {
+                        accepted_input_was_valid(
+                            &[(&key, true), (&owner, true), (&to_owner, true)],
+                            &[&ttl_c],
+                        )?;
+                        prop_assert!(ttl_ok, "transfer accepted the ttl {ttl:?}");
+                        let epoch =
+                            epoch.ok_or_else(|| TestCaseError::fail("NULL epoch accepted"))?;
+                        let status: String = r.get(0);
+                        let (new_epoch, x): (Option<i64>, Option<SystemTime>) = (r.get(1), r.get(2));
+                        let owner_s = owner.0.as_deref().unwrap_or("");
+                        let (want, may_lapse) = expected_status(&row, owner_s, epoch);
+                        prop_assert!(
+                            !(other_role && status == "ok"),
+                            "transferred a grant of another role: {row:?}"
+                        );
+                        prop_assert!(
+                            status == want || (may_lapse && status == "lapsed"),
+                            "transfer status {status}, expected {want} for {row:?}"
+                        );
+                        if status != "ok" {
+                            prop_assert!(
+                                new_epoch.is_none() && x.is_none(),
+                                "a refused transfer carries no epoch or expiry"
+                            );
+                            prop_assert!(before == after, "a refused transfer changed the state");
+                            return Ok(());
+                        }
+                        prop_assert!(
+                            r.get::<_, Option<bool>>(3) == Some(true)
+                                && r.get::<_, Option<bool>>(4) == Some(true),
+                            "the successor's expiry is not server now + ttl"
+                        );
+                        let a = stored(&db, &key).await.expect("row");
+                        prop_assert_eq!(a.owner.as_ref(), to_owner.0.as_ref());
+                        prop_assert_eq!(Some(a.epoch), new_epoch);
+                        prop_assert_eq!(Some(a.epoch), Some(epoch + 1), "the next epoch");
+                        prop_assert_eq!(Some(a.expires_at), x);
+                        // Recorded: the successor's grant, and the end of the one it replaced.
+                        let h = stored_history(&db, &key).await;
+                        let succ = h.iter().find(|g| Some(g.0) == new_epoch);
+                        prop_assert!(
+                            succ.is_some_and(|g| Some(&g.1) == to_owner.0.as_ref()
+                                && g.2.as_deref() == Some(pglease_tests::APP)
+                                && g.3.is_none()
+                                && g.4.as_deref() == Some("transferred")),
+                            "the successor's history row: {succ:?}"
+                        );
+                        if let Some(old) = h.iter().find(|g| g.0 == epoch) {
+                            prop_assert_eq!(old.5.as_deref(), Some("transferred"));
+                        }
+                    }
+                }
+                Ok(())
+            })
+        },
+    );
+}
+
+#[test]
+fn history_with_hostile_arguments_returns_exactly_the_recorded_grants_it_selects() {
+    let db = Db::new("hostile_history");
+    let since = prop::sample::select(
+        &[
+            None,
+            Some("-infinity"),
+            Some("infinity"),
+            Some("epoch"),
+            Some("now"),
+            Some("2999-01-01"),
+        ][..],
+    );
+    let max_rows = prop_oneof![
+        1 => Just(None),
+        4 => prop::sample::select(
+            &[0i32, -1, 1, 2, 3, 100, 10_000, 10_001, i32::MIN, i32::MAX][..]
+        )
+        .prop_map(Some),
+    ];
+    let strategy = (
+        inputs::text(),
+        inputs::text(),
+        since,
+        max_rows,
+        inputs::setup(),
+        any::<bool>(),
+    );
+    run(
+        "history",
+        strategy,
+        |(key, owner, since, max_rows, setup, hand_over)| {
+            db.rt.block_on(async {
+                // The key's history: the setup's grants, and half the time a transfer of the
+                // caller's grant to "heir" (so that owners differ and some grants are ended).
+                let caller = Text(Some(owner.0.clone().filter(|_| owner.valid()).unwrap_or_else(|| "caller".into())));
+                prepare(&db, &key, &caller, setup).await;
+                if hand_over && key.valid() {
+                    let _ = db
+                        .app
+                        .query_one(
+                            "SELECT lease.transfer($1, $2, (SELECT epoch FROM lease.inspect($1)), 'heir', '1 hour')",
+                            &[&key.0, &caller.0],
+                        )
+                        .await;
+                }
+                let before = db.state(true).await;
+                let res = db
+                    .app
+                    .query(
+                        "SELECT epoch, owner, holder_role, ended_by, data \
+                           FROM lease.history($1::text, $2::text::timestamptz, $3::text, $4::int4)",
+                        &[&key.0, &since, &owner.0, &max_rows],
+                    )
+                    .await;
+                let after = db.state(true).await;
+                match res {
+                    Err(e) => {
+                        let f = failed(e)?;
+                        judge_failure(&f, &[&key, &owner], &[], &["22023"], before == after)?;
+                        if f.code == "22023" {
+                            let mut expected = violations(&[
+                                key.violation("key", false, false),
+                                owner.violation("owner", true, false),
+                            ]);
+                            match max_rows {
+                                None => expected.push("max_rows must not be NULL".into()),
+                                Some(n) if !(1..=10_000).contains(&n) => expected
+                                    .push(format!("max_rows must be in [1, 10000] (got {n})")),
+                                Some(_) => {}
+                            }
+                            prop_assert!(!expected.is_empty(), "22023 for valid input");
+                            check_detail(&f, &expected)?;
+                        }
+                    }
+                    Ok(rows) => {
+                        accepted_input_was_valid(&[(&key, true), (&owner, false)], &[])?;
+                        prop_assert!(
+                            owner.violation("owner", true, false).is_none(),
+                            "history accepted the owner {owner:?}"
+                        );
+                        let n = max_rows.ok_or_else(|| TestCaseError::fail("NULL max_rows accepted"))?;
+                        prop_assert!((1..=10_000).contains(&n), "history accepted max_rows {n}");
+                        prop_assert!(before == after, "a read changed the state");
+                        // Every recorded grant of the key, as the superuser sees them through the
+                        // function, must be the stored rows; the filters select from them.
+                        let all = db
+                            .su
+                            .query(
+                                "SELECT epoch, owner, holder_role, ended_by, data, \
+                                        ended_at IS NULL OR ended_at >= $2::text::timestamptz \
+                                   FROM lease.history($1::text, max_rows => 10000)",
+                                &[&key.0, &since.unwrap_or("-infinity")],
+                            )
+                            .await
+                            .expect("the whole history");
+                        let stored: Vec<(i64, String, Option<String>, Option<String>)> =
+                            stored_history(&db, &key)
+                                .await
+                                .into_iter()
+                                .map(|h| (h.0, h.1, h.2, h.3))
+                                .collect();
+                        let seen: Vec<(i64, String, Option<String>, Option<String>)> = all
+                            .iter()
+                            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(4)))
+                            .collect();
+                        prop_assert_eq!(&seen, &stored, "lease.history vs lease.grant_history");
+                        type Entry = (i64, String, Option<String>, Option<String>, Option<String>);
+                        let entry = |r: &PgRow| -> Entry {
+                            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
+                        };
+                        let mut want: Vec<Entry> = all
+                            .iter()
+                            .filter(|r| owner.0.is_none() || r.get::<_, String>(1) == owner.0.clone().unwrap_or_default())
+                            .filter(|r| since.is_none() || r.get::<_, bool>(5))
+                            .map(entry)
+                            .collect();
+                        let skip = want.len().saturating_sub(n as usize);
+                        want.drain(..skip);
+                        let got: Vec<Entry> = rows.iter().map(entry).collect();
+                        prop_assert_eq!(got, want, "history({:?}, {:?}, {:?}, {:?})", key, since, owner, max_rows);
+                    }
+                }
+                Ok(())
+            })
+        },
+    );
+}
+
+#[test]
+fn configure_history_with_hostile_arguments_is_the_installers_and_changes_only_what_it_names() {
+    let db = Db::new("hostile_configure_history");
+    let enabled = prop_oneof![Just(None), Just(Some(true)), Just(Some(false))];
+    let strategy = (enabled, inputs::interval());
+    run("configure_history", strategy, |(enabled, retention)| {
+        db.rt.block_on(async {
+            let c = cast(&db, &retention).await;
+            let secs = seconds(&db, &retention).await;
+            let sql = "SELECT history, date_part('epoch', history_retention) \
+                         FROM lease.configure_history($1::bool, $2::text::interval)";
+            // The application role may not: 42501 whatever the arguments (once they parse).
+            let before = db.state(true).await;
+            let app = db.app.query_one(sql, &[&enabled, &retention]).await;
+            match app {
+                Ok(_) => prop_assert!(false, "the application role configured the history"),
+                Err(e) => {
+                    // (EXECUTE is checked before the arguments are cast: 42501 also for a literal
+                    // that does not parse.)
+                    let f = failed(e)?;
+                    prop_assert!(
+                        f.code == "42501" || (c.is_err() && CAST_ERRORS.contains(&f.code.as_str())),
+                        "the application role's configure_history failed with {}",
+                        f.code
+                    );
+                    prop_assert!(
+                        before == db.state(true).await,
+                        "a refused call changed the state"
+                    );
+                }
+            }
+            let config =
+                "SELECT history, date_part('epoch', history_retention) FROM lease.configuration()";
+            let was = db.su.query_one(config, &[]).await.expect("configuration");
+            let (was_on, was_kept): (bool, f64) = (was.get(0), was.get(1));
+            let res = db.admin.query_one(sql, &[&enabled, &retention]).await;
+            let after = db.state(true).await;
+            match res {
+                Err(e) => {
+                    let f = failed(e)?;
+                    judge_failure(&f, &[], &[&c], &["22023"], before == after)?;
+                    if f.code == "22023" {
+                        check_detail(&f, &[])?;
+                        prop_assert!(
+                            secs.is_some_and(|s| !(1.0..=315_360_000.0).contains(&s)),
+                            "22023 for the valid retention {retention:?}"
+                        );
+                    }
+                }
+                Ok(r) => {
+                    accepted_input_was_valid(&[], &[&c])?;
+                    if retention.is_some() {
+                        prop_assert!(
+                            secs.is_some_and(|s| (1.0..=315_360_000.0).contains(&s)),
+                            "configure_history accepted the retention {retention:?}"
+                        );
+                    }
+                    let (on, kept): (bool, f64) = (r.get(0), r.get(1));
+                    prop_assert_eq!(on, enabled.unwrap_or(was_on), "history on");
+                    prop_assert_eq!(kept, secs.unwrap_or(was_kept), "retention");
+                    let now = db.su.query_one(config, &[]).await.expect("configuration");
+                    prop_assert_eq!((now.get::<_, bool>(0), now.get::<_, f64>(1)), (on, kept));
+                    // Only the settings changed.
+                    let unrelated = |s: &[String]| -> Vec<String> {
+                        s.iter()
+                            .filter(|l| !l.starts_with("settings "))
+                            .cloned()
+                            .collect()
+                    };
+                    prop_assert_eq!(unrelated(&before), unrelated(&after));
+                    // A grant is recorded exactly when the history is on.
+                    static NEXT: std::sync::atomic::AtomicUsize =
+                        std::sync::atomic::AtomicUsize::new(0);
+                    let k = format!(
+                        "configured/{}",
+                        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    );
+                    let e: i64 = db
+                        .app
+                        .query_one("SELECT epoch FROM lease.acquire($1, 'o', '1 hour')", &[&k])
+                        .await
+                        .expect("acquire")
+                        .get(0);
+                    let recorded = stored_history(&db, &Text(Some(k))).await;
+                    prop_assert_eq!(recorded.iter().any(|h| h.0 == e), on, "recorded while on");
+                }
+            }
+            Ok(())
+        })
+    });
+}

@@ -103,6 +103,10 @@ const FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "text",
         "pg_catalog.current_setting($1)",
     ),
+    // lease.history's window function, as a plain function: a use of it would log or fail.
+    ("lead", "bigint", "bigint", "$1"),
+    ("lead", "timestamptz", "timestamptz", "$1"),
+    ("lead", "text", "text", "$1"),
 ];
 
 /// Shadowing operators: (operator, left, right, result, what the real one computes).
@@ -311,7 +315,19 @@ fn evil_schema_sql() -> String {
          INSERT INTO evil.leases VALUES ('s0/k', 'evil', 999999, '2999-01-01');
          CREATE TABLE evil.epoch_floor (floor bigint, sentinel boolean);
          INSERT INTO evil.epoch_floor VALUES (1000000, true);
-         GRANT ALL ON evil.leases, evil.epoch_floor TO PUBLIC;\n",
+         CREATE TABLE evil.grant_history (key text, epoch bigint, owner text, holder_role text,
+                                          granted_at timestamptz, data text, prior_epoch bigint,
+                                          prior_ended_at timestamptz, prior_expires_at timestamptz,
+                                          prior_ended_by text, ended_by text, ended_at timestamptz,
+                                          final_expires_at timestamptz);
+         INSERT INTO evil.grant_history (key, epoch, owner)
+              SELECT 's' || i || '/handed', 999999, 'evil' FROM generate_series(0, 2) AS i;
+         CREATE TABLE evil.settings (singleton boolean, max_ttl interval,
+                                     failover_quarantine interval, min_epoch bigint,
+                                     min_epoch_timeline bigint, history boolean,
+                                     history_retention interval);
+         INSERT INTO evil.settings VALUES (true, '1 second', NULL, 5000000, 1, false, '1 second');
+         GRANT ALL ON evil.leases, evil.epoch_floor, evil.grant_history, evil.settings TO PUBLIC;\n",
     );
     for (name, args, ret, expr) in FUNCTIONS {
         sql += &format!(
@@ -358,7 +374,14 @@ fn temp_objects_sql() -> String {
                                    waiting boolean DEFAULT false);
          INSERT INTO pg_temp.leases VALUES ('s1/k', 'temp', 888888, '2999-01-01');
          CREATE TEMP TABLE epoch_floor (floor bigint, sentinel boolean);
-         INSERT INTO pg_temp.epoch_floor VALUES (2000000, true);\n",
+         INSERT INTO pg_temp.epoch_floor VALUES (2000000, true);
+         CREATE TEMP TABLE grant_history (key text, epoch bigint, owner text, holder_role text,
+                                          granted_at timestamptz, data text, prior_epoch bigint,
+                                          prior_ended_at timestamptz, prior_expires_at timestamptz,
+                                          prior_ended_by text, ended_by text, ended_at timestamptz,
+                                          final_expires_at timestamptz);
+         INSERT INTO pg_temp.grant_history (key, epoch, owner)
+              SELECT 's' || i || '/handed', 888888, 'temp' FROM generate_series(0, 2) AS i;\n",
     );
     for (name, args, ret, expr) in &FUNCTIONS[..3] {
         sql += &format!(
@@ -529,6 +552,7 @@ pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
     exercise_0_6_0_api(app, p).await;
     exercise_0_7_0_api(app, admin, p, e).await;
     exercise_0_8_0_api(app, admin, p).await;
+    exercise_0_9_0_api(app, admin, p).await;
     let version: String = app
         .query_one("SELECT lease.version()", &[])
         .await
@@ -684,6 +708,224 @@ async fn exercise_0_8_0_api(app: &Client, admin: &Client, p: &str) {
         .unwrap()
         .get(0);
     assert_eq!(ended, Some(epoch));
+}
+
+/// The calls 0.9.0 added (lease.transfer, lease.history, lease.configure_history), with the results a
+/// correct implementation gives, and their privileges: the history is readable by every role that
+/// may use the schema, its table by none but through the functions, a transfer of another role's
+/// grant is refused (42501) and changes nothing, and only the installing role configures the
+/// history. Leaves the history on, as it found it.
+async fn exercise_0_9_0_api(app: &Client, admin: &Client, p: &str) {
+    let k = format!("{p}handed");
+    let transfer = "SELECT status, epoch FROM lease.transfer($1::pg_catalog.text, $2::pg_catalog.text, \
+                    $3::pg_catalog.int8, $4::pg_catalog.text, $5::pg_catalog.text::interval)";
+    let acquire = "SELECT epoch FROM lease.acquire($1::pg_catalog.text, 'o1'::pg_catalog.text, \
+                   '1 hour'::pg_catalog.text::interval)";
+    let e: i64 = app.query_one(acquire, &[&k]).await.unwrap().get(0);
+    let r = app
+        .query_one(transfer, &[&k, &"o1", &e, &"o2", &"1 hour"])
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.get::<_, String>(0), r.get::<_, Option<i64>>(1)),
+        ("ok".to_string(), Some(e + 1))
+    );
+    for (owner, ep, want) in [("o1", e, "not_owner"), ("o2", e, "epoch_mismatch")] {
+        let r = app
+            .query_one(transfer, &[&k, &owner, &ep, &"o3", &"1 hour"])
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.get::<_, String>(0), r.get::<_, Option<i64>>(1)),
+            (want.to_string(), None),
+            "transfer({owner}, {ep})"
+        );
+    }
+    // The history: the transferred grant and its successor, as the application role reads it.
+    type Entry = (
+        i64,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        bool,
+    );
+    let history = |key: String, owner: Option<&'static str>, max_rows: i32| async move {
+        app.query(
+            "SELECT epoch, owner, holder_role, ended_by, data, granted_at IS NOT NULL \
+               FROM lease.history($1::pg_catalog.text, NULL::pg_catalog.timestamptz, \
+                                  $2::pg_catalog.text, $3::pg_catalog.int4)",
+            &[&key, &owner, &max_rows],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| -> Entry { (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)) })
+        .collect::<Vec<Entry>>()
+    };
+    let first: Entry = (
+        e,
+        "o1".into(),
+        Some(APP.into()),
+        Some("transferred".into()),
+        None,
+        true,
+    );
+    let second: Entry = (e + 1, "o2".into(), Some(APP.into()), None, None, true);
+    assert_eq!(
+        history(k.clone(), None, 100).await,
+        vec![first, second.clone()]
+    );
+    assert_eq!(
+        history(k.clone(), Some("o2"), 100).await,
+        vec![second.clone()]
+    );
+    assert_eq!(history(k.clone(), None, 1).await, vec![second]);
+    // Every role that may use the schema reads the same history (here the installing role).
+    let by_admin: Vec<(i64, String, Option<String>)> = admin
+        .query(
+            "SELECT epoch, owner, ended_by FROM lease.history($1::pg_catalog.text)",
+            &[&k],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        by_admin,
+        vec![
+            (e, "o1".to_string(), Some("transferred".to_string())),
+            (e + 1, "o2".to_string(), None)
+        ]
+    );
+    // Invalid input: 22023 naming every violation, whichever argument it is in.
+    let err = expect_error(
+        app,
+        "SELECT * FROM lease.transfer('', '', NULL, '', '-1 second')",
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    assert_eq!(
+        err.detail.as_deref(),
+        Some(
+            "key must not be empty; owner must not be empty; epoch must not be NULL; to_owner must not be empty; ttl must be positive."
+        )
+    );
+    let err = expect_error(app, "SELECT * FROM lease.history('', NULL, '', 0)").await;
+    assert_eq!(err.code, "22023");
+    assert_eq!(
+        err.detail.as_deref(),
+        Some(
+            "key must not be empty; owner must not be empty; max_rows must be in [1, 10000] (got 0)."
+        )
+    );
+
+    // Another role's grant: its transfer is refused (42501) and changes nothing.
+    let theirs = format!("{p}theirs_handed");
+    let epoch: i64 = admin.query_one(acquire, &[&theirs]).await.unwrap().get(0);
+    let before = history(theirs.clone(), None, 100).await;
+    assert_eq!(
+        before,
+        vec![(epoch, "o1".into(), Some(ADMIN.into()), None, None, true)],
+        "the installing role's grant, as the application role reads it"
+    );
+    let sql = format!(
+        "SELECT * FROM lease.transfer('{theirs}'::pg_catalog.text, 'o1'::pg_catalog.text, \
+         {epoch}::pg_catalog.int8, 'o2'::pg_catalog.text, '1 hour'::pg_catalog.text::interval)"
+    );
+    assert_eq!(expect_error(app, &sql).await.code, "42501", "{sql}");
+    assert_eq!(history(theirs.clone(), None, 100).await, before);
+    let held: (String, i64) = app
+        .query_one(
+            "SELECT owner, epoch FROM lease.inspect($1::pg_catalog.text)",
+            &[&theirs],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(held, ("o1".to_string(), epoch));
+
+    // The table is reached only through the functions: the application role can neither read nor
+    // write it, the installing role may only read and append it (to dump and restore).
+    for sql in [
+        "SELECT * FROM lease.grant_history".to_string(),
+        format!("INSERT INTO lease.grant_history (key, epoch, owner) VALUES ('{p}forged', 1, 'x')"),
+        "UPDATE lease.grant_history SET ended_by = 'released'".into(),
+        "DELETE FROM lease.grant_history".into(),
+        "TRUNCATE lease.grant_history".into(),
+    ] {
+        assert_eq!(expect_error(app, &sql).await.code, "42501", "{sql}");
+    }
+    for sql in [
+        "UPDATE lease.grant_history SET ended_by = 'released'",
+        "DELETE FROM lease.grant_history",
+        "TRUNCATE lease.grant_history",
+    ] {
+        assert_eq!(
+            expect_error(admin, sql).await.code,
+            "42501",
+            "{sql} (installing role)"
+        );
+    }
+
+    // Only the installing role configures the history.
+    let configure = "SELECT history, extract(epoch FROM history_retention)::pg_catalog.float8 \
+                     FROM lease.configure_history($1::pg_catalog.bool, $2::pg_catalog.text::interval)";
+    let err = expect_error(app, "SELECT lease.configure_history(false)").await;
+    assert_eq!(err.code, "42501");
+    let err = expect_error(
+        admin,
+        "SELECT lease.configure_history(NULL, '0'::pg_catalog.text::interval)",
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    assert!(
+        err.detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("retention must be in [1 second, 3650 days] (got ")),
+        "{:?}",
+        err.detail
+    );
+    let r = admin
+        .query_one(configure, &[&Some(false), &Some("2 days")])
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.get::<_, bool>(0), r.get::<_, f64>(1)),
+        (false, 172_800.0)
+    );
+    let r = app
+        .query_one(
+            "SELECT history, extract(epoch FROM history_retention)::pg_catalog.float8 \
+               FROM lease.configuration()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.get::<_, bool>(0), r.get::<_, f64>(1)),
+        (false, 172_800.0)
+    );
+    let off = format!("{p}unrecorded");
+    app.query_one(acquire, &[&off]).await.unwrap();
+    assert!(
+        history(off, None, 100).await.is_empty(),
+        "a grant made while the history is off is not recorded"
+    );
+    let r = admin
+        .query_one(configure, &[&Some(true), &None::<&str>])
+        .await
+        .unwrap();
+    assert_eq!((r.get::<_, bool>(0), r.get::<_, f64>(1)), (true, 172_800.0));
+    let r = admin
+        .query_one(configure, &[&None::<bool>, &Some("30 days")])
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.get::<_, bool>(0), r.get::<_, f64>(1)),
+        (true, 2_592_000.0)
+    );
 }
 
 /// The calls 0.6.0 added (lease data, renew_many, watch, semaphores), with the results a correct

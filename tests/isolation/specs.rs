@@ -82,6 +82,10 @@ spec_tests!(
     slot_race,
     renew_many_vs_takeover,
     release_vs_acquire_slot,
+    transfer_vs_takeover,
+    transfer_vs_renew_release,
+    transfer_vs_transfer,
+    history_lapse_at_next_grant,
 );
 
 /// Every file in `specs/` has a test and an expected output, and parses; every expected output

@@ -1167,7 +1167,8 @@ DECLARE
     v_watched boolean;
     v_now timestamptz;
 BEGIN
-    -- Invalid input: 22023 naming every violation (the ttl within the installing role's cap too).
+    -- Invalid input: 22023 naming every violation, of every argument (the ttl also within the
+    -- installing role's cap), before anything is read or written.
     IF (transfer.key <> '' AND pg_catalog.octet_length(transfer.key) <= 1024
         AND transfer.owner <> '' AND pg_catalog.octet_length(transfer.owner) <= 1024
         AND transfer.epoch IS NOT NULL
@@ -1185,19 +1186,23 @@ BEGIN
             || lease._max_ttl_violations(transfer.ttl, (SELECT s.max_ttl FROM lease.settings AS s)));
     END IF;
 
-    -- The row lock waits for a transition in flight; the grant is judged on its result.
-    SELECT l.owner, l.epoch, l.expires_at, l.holder_role, l.waiting,
-           l.watched_until > pg_catalog.clock_timestamp()
-      INTO v_owner, v_epoch, v_expires_at, v_role, v_waiting, v_watched
-      FROM lease.leases AS l
-     WHERE l.key = transfer.key
-       FOR NO KEY UPDATE;
-    IF NOT FOUND OR v_owner IS DISTINCT FROM transfer.owner OR v_epoch <> transfer.epoch
-       OR v_expires_at <= pg_catalog.clock_timestamp() OR NOT lease._may_act_for(v_role)
-    THEN
+    LOOP
+        -- The row lock waits for a transition in flight; the grant is judged on its result.
+        SELECT l.owner, l.epoch, l.expires_at, l.holder_role, l.waiting,
+               l.watched_until > pg_catalog.clock_timestamp()
+          INTO v_owner, v_epoch, v_expires_at, v_role, v_waiting, v_watched
+          FROM lease.leases AS l
+         WHERE l.key = transfer.key
+           FOR NO KEY UPDATE;
+        EXIT WHEN FOUND AND v_owner = transfer.owner AND v_epoch = transfer.epoch
+                  AND v_expires_at > pg_catalog.clock_timestamp() AND lease._may_act_for(v_role);
         r.status := lease._refusal('lease.transfer', transfer.key, transfer.owner, transfer.epoch);
-        RETURN r;                            -- (never 'ok': the row is locked, nothing changed it)
-    END IF;
+        IF r.status <> 'ok' THEN
+            RETURN r;                        -- refused, nothing changed
+        END IF;
+        -- 'ok' only when no row was found, hence none locked, and a grant that matches created the
+        -- key since (the refusal is judged in a later snapshot): judge that row under its lock.
+    END LOOP;
 
     -- The next epoch, never below the floor (as acquire: the timeline band and the min epoch).
     SELECT GREATEST((v_timeline - 1) * 1099511627776,
@@ -1314,7 +1319,8 @@ $$;
 -- Contract: docs/SEMANTICS.md §15. The grants of `key` recorded in the history, in epoch order: the
 -- latest max_rows (1..10000) of those still current `since` ago by the server clock or later (a
 -- duration in [0, 3650 days]; NULL: all) and, when given, made to `owner`. (A duration, not a
--- timestamp: no call takes a time from the client's clock.) expires_at is the expiry a grant had when it ended (the current one's now);
+-- timestamp: no call takes a time from the client's clock.) expires_at is the expiry a grant had
+-- when it ended (the current one's now);
 -- ended_by is NULL while the grant is HELD, else 'released', 'lapsed' (ended_at is its expiry,
 -- shown as soon as it passes), 'forced', 'transferred', or 'unrecorded' (it ended while the history
 -- was off; ended_at NULL). granted_at is NULL for a grant held when the history began. The current
