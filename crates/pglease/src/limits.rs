@@ -19,7 +19,7 @@
 //! | `raise_min_epoch` | 0..=[`MAX_MIN_EPOCH`] (2^62) |
 //! | `max_ttl`, `failover_quarantine` (`lease.configure`) | (0, [`MAX_INTERVAL`]], the quarantine at least `max_ttl` |
 //! | `history` rows (`max_rows`) | 1..=[`MAX_HISTORY_ROWS`] (10 000) |
-//! | history retention (`lease.configure_history`) | [1 s, [`MAX_HISTORY_RETENTION`]]: 1 second to 3650 days |
+//! | history retention (`lease.configure_history`) | [1 s, [`MAX_HISTORY_RETENTION`]]: 1 second to 3650 days; [`DEFAULT_HISTORY_RETENTION`] (30 days) when not set |
 //!
 //! # Examples
 //!
@@ -133,6 +133,17 @@ pub const MAX_HISTORY_ROWS: u32 = 10_000;
 /// ```
 pub const MAX_HISTORY_RETENTION: Duration =
     Duration::from_secs(10 * MAX_INTERVAL_DAYS * SECONDS_PER_DAY);
+
+/// The history retention when none was configured: 30 days. (Not a bound, but the SQL spells it
+/// as `interval '30 days'` like its bounds, so it is in this table too.)
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(pglease::limits::DEFAULT_HISTORY_RETENTION, Duration::from_secs(30 * 86_400));
+/// ```
+pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(30 * SECONDS_PER_DAY);
 
 /// [`MAX_INTERVAL`] in days, as the SQL spells it (`interval '365 days'`).
 const MAX_INTERVAL_DAYS: u64 = 365;
@@ -323,8 +334,13 @@ mod tests {
             .collect();
         assert_eq!(
             durations,
-            BTreeSet::from([MAX_INTERVAL.as_secs(), MAX_HISTORY_RETENTION.as_secs()]),
-            "extension SQL duration bounds (seconds) vs limits::MAX_INTERVAL, MAX_HISTORY_RETENTION"
+            BTreeSet::from([
+                MAX_INTERVAL.as_secs(),
+                MAX_HISTORY_RETENTION.as_secs(),
+                DEFAULT_HISTORY_RETENTION.as_secs(),
+            ]),
+            "extension SQL duration bounds (seconds) vs limits::MAX_INTERVAL, \
+             MAX_HISTORY_RETENTION, DEFAULT_HISTORY_RETENTION"
         );
         assert!(
             counts.is_subset(&seconds),
