@@ -125,6 +125,31 @@ pub fn parse_run_owner(s: &str) -> Result<String, String> {
     parse_name(s)
 }
 
+/// Where `history --since` starts: a moment, or a duration before now (by the server's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// This long before now, on the server's clock.
+    Ago(Duration),
+    /// This moment (an RFC 3339 time).
+    At(std::time::SystemTime),
+}
+
+/// Parses `history --since`: a duration back from now (`30m`, `2h`, `7d`; at most 365 days) or an
+/// RFC 3339 time (`2026-12-05T08:00:00Z`, a space for the `T` and no zone, read as UTC, too).
+pub fn parse_since(s: &str) -> Result<Since, String> {
+    let t = s.trim();
+    if let Ok(d) = parse_wait(t) {
+        return Ok(Since::Ago(d));
+    }
+    humantime::parse_rfc3339_weak(t)
+        .map(Since::At)
+        .map_err(|_| {
+            "expected a duration back from now (30m, 2h, 7d; at most 365 days) or an RFC 3339 time \
+             (2026-12-05T08:00:00Z)"
+                .to_string()
+        })
+}
+
 /// Parses a list prefix: at most 1024 bytes.
 pub fn parse_prefix(s: &str) -> Result<String, String> {
     if s.len() > MAX_NAME_BYTES {
