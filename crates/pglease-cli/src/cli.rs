@@ -308,15 +308,18 @@ pub enum Command {
     /// lease.purge(interval) to others.
     Purge(PurgeArgs),
 
-    /// Show or change the installing role's settings: the ttl cap and the failover quarantine.
+    /// Show or change the installing role's settings: the ttl cap, the failover quarantine and the
+    /// grant history.
     ///
     /// Without options, shows them (and the server's WAL timeline, a running quarantine, the least
-    /// epoch of a grant). --max-ttl caps every ttl (a longer acquire or renewal fails with 22023);
+    /// epoch of a grant, whether grants are recorded for `pglease history` and how long). --max-ttl caps every ttl (a longer acquire or renewal fails with 22023);
     /// --failover-quarantine (at least --max-ttl) makes a promoted server refuse new grants
     /// (SQLSTATE LE004) for that long after its first acquire on the new timeline, so that grants
     /// an asynchronous standby never received have run out before anyone else gets their keys
-    /// (docs/SEMANTICS.md §8.4). Options not given keep their current value. Only the role that
-    /// installed pg_lease may change them, unless it granted EXECUTE on lease.configure.
+    /// (docs/SEMANTICS.md §8.4). --history off stops recording grants; --history-retention sets
+    /// how long purge keeps an ended grant's history. Options not given keep their current value.
+    /// Only the role that installed pg_lease may change them, unless it granted EXECUTE on
+    /// lease.configure (and lease.configure_history for the history's).
     Configure(ConfigureArgs),
 
     /// Install one of our extensions (pg_lease by default) into the database, and first what it

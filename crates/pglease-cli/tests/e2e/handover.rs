@@ -549,3 +549,66 @@ fn elect_on_sigterm_releases_only_after_the_command_exited() {
         after["recent"][0]["ended_by"].as_str(),
     );
 }
+
+#[test]
+fn configure_shows_and_changes_whether_grants_are_recorded_and_for_how_long() {
+    let case = Case::new("history_config");
+    let shown = case.pglease(["configure", "--json"]).expect_code(0).json();
+    expect_eq("on by default", true, shown["history"].as_bool().unwrap());
+    expect_eq(
+        "30 days by default",
+        30 * 86_400_000,
+        shown["history_retention_ms"].as_u64().unwrap(),
+    );
+    let off = case
+        .pglease([
+            "configure",
+            "--history",
+            "off",
+            "--history-retention",
+            "7d",
+            "--json",
+        ])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "off, 7 days",
+        (false, 7 * 86_400_000),
+        (
+            off["history"].as_bool().unwrap(),
+            off["history_retention_ms"].as_u64().unwrap(),
+        ),
+    );
+    // Not recorded while off.
+    acquire(&case, "quiet", "alice", "1h");
+    let doc = case
+        .pglease(["history", "quiet", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq("nothing recorded", 0, grants(&doc).len());
+    // On again, the retention kept; the next grant is recorded.
+    let on = case
+        .pglease(["configure", "--history", "on", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq(
+        "on, still 7 days",
+        (true, 7 * 86_400_000),
+        (
+            on["history"].as_bool().unwrap(),
+            on["history_retention_ms"].as_u64().unwrap(),
+        ),
+    );
+    acquire(&case, "loud", "bob", "1h");
+    let doc = case
+        .pglease(["history", "loud", "--json"])
+        .expect_code(0)
+        .json();
+    expect_eq("recorded", vec![grant("bob", 1, None)], grants(&doc));
+    let text = case.pglease(["configure"]).expect_code(0).stdout();
+    assert!(text.contains("history: on, kept 7d00h"), "{text}");
+    case.pglease(["configure", "--history", "maybe"])
+        .expect_code(2);
+    case.pglease(["configure", "--history-retention", "500ms"])
+        .expect_code(2);
+}
