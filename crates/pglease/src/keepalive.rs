@@ -33,7 +33,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::lease_calls::{release_once, renew_once, transfer_once};
+use crate::lease_calls::{handover, release_once, renew_once, transfer_once};
 use crate::lost::LostReason;
 use crate::pooled::Connections;
 use crate::renewer::{Outcome, Renewer, Ticket};
@@ -335,14 +335,7 @@ impl Keepalive {
                         to_epoch = grant.epoch,
                         "lease transferred"
                     );
-                    Ok(Handover {
-                        key: shared.key.clone(),
-                        from_owner: shared.owner.clone(),
-                        from_epoch: shared.epoch,
-                        to_owner: to_owner.to_owned(),
-                        epoch: grant.epoch,
-                        expires_at: grant.expires_at,
-                    })
+                    Ok(handover(shared, to_owner, grant))
                 }
                 (reason, _) => {
                     // A refusal: the lease had already ended on the server (logged by `end`).

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
-use crate::lease_calls::transfer_once;
+use crate::lease_calls::{handover, transfer_once};
 use crate::lost::LostReason;
 use crate::pooled::{self, Connections};
 use crate::results::Handover;
@@ -347,14 +347,7 @@ impl Lease {
             Ok(transfer) => match (transfer.status.lost_reason(), transfer.grant) {
                 (None, Some(grant)) => {
                     self.shared.end(LostReason::Transferred);
-                    Ok(Handover {
-                        key: self.shared.key.clone(),
-                        from_owner: self.shared.owner.clone(),
-                        from_epoch: self.shared.epoch,
-                        to_owner: to_owner.to_owned(),
-                        epoch: grant.epoch,
-                        expires_at: grant.expires_at,
-                    })
+                    Ok(handover(&self.shared, to_owner, grant))
                 }
                 (reason, _) => {
                     let reason = reason.unwrap_or(LostReason::Lapsed);

@@ -9,7 +9,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::error::{Error, Result};
 use crate::pooled::{self, Connections, discard};
-use crate::results::{Status, Transfer};
+use crate::results::{Grant, Handover, Status, Transfer};
 use crate::shared::Shared;
 
 /// The longest a best-effort release (on drop, loss by expiry or shutdown) may take.
@@ -95,6 +95,18 @@ pub(crate) async fn transfer_once(
             }
             result
         }
+    }
+}
+
+/// What a transfer of `shared`'s lease to `to_owner` that the server granted as `grant` reports.
+pub(crate) fn handover(shared: &Shared, to_owner: &str, grant: Grant) -> Handover {
+    Handover {
+        key: shared.key.clone(),
+        from_owner: shared.owner.clone(),
+        from_epoch: shared.epoch,
+        to_owner: to_owner.to_owned(),
+        epoch: grant.epoch,
+        expires_at: grant.expires_at,
     }
 }
 
