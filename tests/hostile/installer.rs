@@ -109,10 +109,10 @@ async fn the_installing_role_can_create_rename_or_replace_nothing_in_schema_leas
         "TRUNCATE lease.grant_history",
         "ALTER TABLE lease.grant_history ADD COLUMN x int",
         "CREATE TRIGGER t BEFORE INSERT ON lease.grant_history FOR EACH ROW EXECUTE FUNCTION pg_catalog.suppress_redundant_updates_trigger()",
-        "CREATE FUNCTION lease.history(text, timestamptz) RETURNS SETOF lease.history_entry \
+        "CREATE FUNCTION lease.history(text, interval) RETURNS SETOF lease.history_entry \
          LANGUAGE sql AS $$ SELECT NULL::lease.history_entry $$",
         "ALTER FUNCTION lease.transfer(text, text, bigint, text, interval) SECURITY INVOKER",
-        "ALTER FUNCTION lease.history(text, timestamptz, text, integer) SET search_path = public",
+        "ALTER FUNCTION lease.history(text, interval, text, integer) SET search_path = public",
     ] {
         refused(&admin, sql, "42501").await;
     }

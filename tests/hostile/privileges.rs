@@ -71,7 +71,7 @@ async fn role_without_privileges_on_schema_lease_cannot_create_alter_or_take_ove
         "SELECT lease.configure_history(false)",
         "SELECT lease.configure_history(NULL, '1 day')",
         "ALTER FUNCTION lease.transfer(text, text, bigint, text, interval) SECURITY INVOKER",
-        "ALTER FUNCTION lease.history(text, timestamptz, text, integer) SET search_path = public",
+        "ALTER FUNCTION lease.history(text, interval, text, integer) SET search_path = public",
         "ALTER FUNCTION lease.configure_history(boolean, interval) OWNER TO app",
     ] {
         refused(&app, sql, "42501").await;

@@ -753,7 +753,7 @@ async fn exercise_0_9_0_api(app: &Client, admin: &Client, p: &str) {
     let history = |key: String, owner: Option<&'static str>, max_rows: i32| async move {
         app.query(
             "SELECT epoch, owner, holder_role, ended_by, data, granted_at IS NOT NULL \
-               FROM lease.history($1::pg_catalog.text, NULL::pg_catalog.timestamptz, \
+               FROM lease.history($1::pg_catalog.text, NULL::pg_catalog.interval, \
                                   $2::pg_catalog.text, $3::pg_catalog.int4)",
             &[&key, &owner, &max_rows],
         )

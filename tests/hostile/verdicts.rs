@@ -200,7 +200,10 @@ pub(crate) fn documented(f: &str) -> bool {
     {
         return true;
     }
-    if f.starts_with("retention must be in [1 second, 3650 days] (got ") && f.ends_with(')') {
+    if (f.starts_with("retention must be in [1 second, 3650 days] (got ")
+        || f.starts_with("since must be in [0, 3650 days] (got "))
+        && f.ends_with(')')
+    {
         return true;
     }
     ["ttl", "wait", "older_than"].iter().any(|n| {

@@ -1,6 +1,6 @@
 //! The operator's commands: `install` (CREATE EXTENSION or the extension-less script), `status`
-//! (server, installation, lease counts), `configure` (the ttl cap and the failover quarantine) and
-//! `local start | stop | status | url` (the embedded server, see `local.rs`).
+//! (server, installation, lease counts), `configure` (the ttl cap, the failover quarantine and the
+//! grant history) and `local start | stop | status | url` (the embedded server, see `local.rs`).
 
 use std::process::ExitCode;
 
@@ -134,6 +134,15 @@ pub async fn configure(args: ConfigureArgs, target: &Target) -> Result<ExitCode,
             .answer(pglease::configure(&client, max_ttl, quarantine))
             .await?;
     }
+    if args.history_changes() {
+        c = target
+            .answer(pglease::configure_history(
+                &client,
+                args.history,
+                args.history_retention,
+            ))
+            .await?;
+    }
     print_configuration(args.output, &c)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -146,6 +155,8 @@ fn print_configuration(output: OutputArgs, c: &pglease::Configuration) -> std::i
         timeline: i64,
         quarantine_until: Option<String>,
         min_epoch: i64,
+        history: bool,
+        history_retention_ms: u64,
     }
     let until = c.quarantine_until.map(output::timestamp);
     if output.json {
@@ -155,16 +166,21 @@ fn print_configuration(output: OutputArgs, c: &pglease::Configuration) -> std::i
             timeline: c.timeline,
             quarantine_until: until,
             min_epoch: c.min_epoch,
+            history: c.history,
+            history_retention_ms: output::millis(c.history_retention),
         });
     }
     let or_none = |d: Option<std::time::Duration>| d.map_or("none".to_owned(), output::duration);
     output::out(&format!(
-        "max ttl: {}\nfailover quarantine: {}\ntimeline: {}\nquarantine until: {}\nmin epoch: {}\n",
+        "max ttl: {}\nfailover quarantine: {}\ntimeline: {}\nquarantine until: {}\nmin epoch: {}\n\
+         history: {}, kept {} after a grant ends\n",
         or_none(c.max_ttl),
         or_none(c.failover_quarantine),
         c.timeline,
         until.as_deref().unwrap_or("none"),
-        c.min_epoch
+        c.min_epoch,
+        if c.history { "on" } else { "off" },
+        output::duration(c.history_retention)
     ))
 }
 

@@ -20,8 +20,8 @@ mod values;
 
 pub use admin::{ConfigureArgs, InstallArgs, StatusArgs};
 pub use leases::{
-    AcquireArgs, ForceReleaseArgs, InspectArgs, LeaderArgs, ListArgs, PurgeArgs, ReleaseArgs,
-    RenewArgs,
+    AcquireArgs, ForceReleaseArgs, HistoryArgs, InspectArgs, LeaderArgs, ListArgs, PurgeArgs,
+    ReleaseArgs, RenewArgs, TransferArgs,
 };
 pub use local::{DemoArgs, LocalCommand, LocalStartArgs, LocalStatusArgs, LocalUrlArgs};
 pub use queue::{
@@ -40,8 +40,8 @@ Exit codes:
        no terminal to ask on
   3    not acquired: another owner holds the key (acquire; run: still held when --wait ran out;
        run --limit: every slot held; elect: not elected within --wait); leader: no leader
-  4    lost: renew/release refused (not_owner, lapsed, epoch_mismatch); run: the lease was lost
-       while the command ran, and the command was terminated
+  4    lost: renew/release/transfer refused (not_owner, lapsed, epoch_mismatch); run: the lease
+       was lost while the command ran, and the command was terminated
   5    not installed: pg_lease (pg_lease_queue for queue commands) is missing from the
        database, or older than this pglease; the message names `pglease install`
   run  otherwise exits with the command's status: 128+N if a signal N killed it,
@@ -64,6 +64,8 @@ Examples:
   # Run the scheduler on the elected leader only; advertise its address; watch who leads.
   pglease elect scheduler --data 10.0.0.7:8080 -- ./scheduler
   pglease leader scheduler --watch
+  # Who held a key, from when to when, and how each grant ended.
+  pglease history scheduler --since 1h
   pglease status --database-url postgresql://app@db.example/app";
 
 const RUN_EXAMPLES_HELP: &str = "\
@@ -76,14 +78,25 @@ const ELECT_EXAMPLES_HELP: &str = "\
 Examples:
   pglease elect scheduler -- ./scheduler                      # leader runs it; others wait
   pglease elect scheduler --data \"$(hostname):8080\" --ttl 5s -- ./scheduler
-  pglease leader scheduler --json                             # who leads, with its data";
+  pglease leader scheduler --json                             # who leads, with its data
+  # Two named candidates that hand the leadership to each other when they step down
+  # (the command finished, or pglease got SIGTERM/SIGINT: e.g. a rolling restart):
+  pglease elect scheduler --exact-owner sched-a --handover-to sched-b -- ./scheduler   # host a
+  pglease elect scheduler --exact-owner sched-b --handover-to sched-a -- ./scheduler   # host b";
+
+const HISTORY_EXAMPLES_HELP: &str = "\
+Examples:
+  pglease history scheduler                       # the latest 100 grants of an election's key
+  pglease history nightly-report --since 24h      # still current 24 hours ago, or later
+  pglease history backups#2 --owner worker-7      # slot 2 of the semaphore backups
+  pglease history lease_queue:orders:3 --limit 10 --json   # partition 3 of queue orders";
 
 const CONNECTION_HELP: &str = "\
 Connection: --database-url (or DATABASE_URL) if given; else libpq's PG* variables (PGHOST,
 PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE=disable|allow|prefer) if any of PGHOST,
 PGHOSTADDR, PGPORT, PGUSER or PGDATABASE is set; else the embedded local server (see `pglease local`).";
 
-/// `0.1.0 (pg_lease SQL API 0.8.0)`: this binary's version and the SQL API version it speaks (the
+/// `0.1.0 (pg_lease SQL API 0.9.0)`: this binary's version and the SQL API version it speaks (the
 /// one `pglease install` installs and `pglease status` checks).
 fn version_text() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -199,6 +212,14 @@ pub enum Command {
     /// background; SIGTERM then SIGKILL to the command if the leadership is lost, exit 4), and
     /// resigns (releases NAME, so a waiting candidate takes over at once) when the command exits.
     /// --data is the leader's advertised value (an address), shown by `pglease leader`.
+    ///
+    /// Stepping down is graceful: when the command exits, or when pglease gets SIGTERM or SIGINT
+    /// (which it passes on to the command and then waits for it), the leadership is kept until the
+    /// command (and, by default, what it left running) has exited, and only then released — or,
+    /// with --handover-to OWNER, handed to OWNER in one step (no moment without a leader; its term
+    /// is higher, this one fenced). A candidate campaigning as OWNER (--exact-owner OWNER) is woken
+    /// at once and runs its command; if nobody campaigns as OWNER, the grant lapses after --ttl and
+    /// the other candidates compete as after a crash. A lost leadership is never handed over.
     #[command(after_long_help = format!("{ELECT_EXAMPLES_HELP}\n\n{EXIT_CODES_HELP}"))]
     Elect(ElectArgs),
 
@@ -231,6 +252,18 @@ pub enum Command {
     #[command(after_long_help = EXIT_CODES_HELP)]
     Release(ReleaseArgs),
 
+    /// Hand a lease you hold to another owner in one step: it holds the key at the next epoch for
+    /// --ttl, and your epoch is fenced from then on.
+    ///
+    /// The key is never free in between. The successor takes the grant over by acquiring the key
+    /// with exactly that owner under the same database role (its acquire returns the grant; a
+    /// waiting or campaigning successor is woken at once); until then nobody renews it, and it
+    /// lapses after --ttl. A refusal (not_owner, lapsed, epoch_mismatch) exits with 4 and changes
+    /// nothing. The low-level command, like `release`: a leader hands over with `pglease elect
+    /// --handover-to`.
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    Transfer(TransferArgs),
+
     /// End whatever grant of a key is held, whoever holds it: an operator's escape hatch for a
     /// stuck holder.
     ///
@@ -243,11 +276,27 @@ pub enum Command {
     #[command(after_long_help = EXIT_CODES_HELP)]
     ForceRelease(ForceReleaseArgs),
 
-    /// Show a key's state: its holder, epoch and expiry, or its fencing counter if not held.
+    /// Show a key's state: its holder, epoch and expiry, or its fencing counter if not held; and
+    /// its last 5 grants (`pglease history KEY` shows more).
     ///
     /// For the name of a semaphore (`run --key NAME --limit N`), which is no key itself, it shows
     /// the semaphore's slots instead: each slot's key NAME#i, holder, epoch and expiry.
     Inspect(InspectArgs),
+
+    /// Show a key's grants: who held it, from when to when, and how each grant ended.
+    ///
+    /// One line per grant, oldest first: its epoch, owner, start, end, how long it lasted, and how
+    /// it ended — released, lapsed (the end is its expiry), transferred (to the next line's
+    /// owner), forced (pglease force-release), unrecorded (it ended while the history was off) —
+    /// or `held` for the current grant, whose duration runs until now. A grant already held when
+    /// the history began (the upgrade to pg_lease 0.9.0) has no start (`-`).
+    ///
+    /// Semaphore slots and queue partitions are leases too: give a slot's key NAME#N (`pglease
+    /// inspect NAME` lists them) or a partition's key lease_queue:QUEUE:P. Grants are recorded
+    /// unless the installing role turned the history off; `pglease purge` forgets those that ended
+    /// more than the retention (30 days by default) ago.
+    #[command(after_long_help = format!("{HISTORY_EXAMPLES_HELP}\n\n{EXIT_CODES_HELP}"))]
+    History(HistoryArgs),
 
     /// List every key (or those starting with PREFIX) and its state.
     List(ListArgs),
@@ -259,15 +308,18 @@ pub enum Command {
     /// lease.purge(interval) to others.
     Purge(PurgeArgs),
 
-    /// Show or change the installing role's settings: the ttl cap and the failover quarantine.
+    /// Show or change the installing role's settings: the ttl cap, the failover quarantine and the
+    /// grant history.
     ///
     /// Without options, shows them (and the server's WAL timeline, a running quarantine, the least
-    /// epoch of a grant). --max-ttl caps every ttl (a longer acquire or renewal fails with 22023);
+    /// epoch of a grant, whether grants are recorded for `pglease history` and how long). --max-ttl caps every ttl (a longer acquire or renewal fails with 22023);
     /// --failover-quarantine (at least --max-ttl) makes a promoted server refuse new grants
     /// (SQLSTATE LE004) for that long after its first acquire on the new timeline, so that grants
     /// an asynchronous standby never received have run out before anyone else gets their keys
-    /// (docs/SEMANTICS.md §8.4). Options not given keep their current value. Only the role that
-    /// installed pg_lease may change them, unless it granted EXECUTE on lease.configure.
+    /// (docs/SEMANTICS.md §8.4). --history off stops recording grants; --history-retention sets
+    /// how long purge keeps an ended grant's history. Options not given keep their current value.
+    /// Only the role that installed pg_lease may change them, unless it granted EXECUTE on
+    /// lease.configure (and lease.configure_history for the history's).
     Configure(ConfigureArgs),
 
     /// Install one of our extensions (pg_lease by default) into the database, and first what it

@@ -21,7 +21,9 @@ use crate::local::LocalServer;
 use crate::missing::explained;
 use crate::run::LeaseRequest;
 use crate::signals::Signals;
-use crate::{admin, consume, demo, leader, leases, owner, queue, queue_errors, queue_grants, run};
+use crate::{
+    admin, consume, demo, history, leader, leases, owner, queue, queue_errors, queue_grants, run,
+};
 
 use pglease::PG_LEASE;
 
@@ -60,11 +62,20 @@ impl Config {
                     ttl: args.ttl.ttl,
                     wait: args.wait.wait,
                     data: args.data.data,
+                    exact_owner: None,
+                    handover_to: None,
                 };
                 Box::pin(async move { run::run(request, args.supervision, &target).await })
             }
             // `elect` is a run that holds an election's leadership.
             Command::Elect(args) => {
+                if args.handover_to.is_some() && args.handover_to == args.exact_owner {
+                    return Err(ConfigError::Usage(format!(
+                        "--handover-to names this candidate itself ({}): name the successor's \
+                         --exact-owner",
+                        args.handover_to.unwrap_or_default()
+                    )));
+                }
                 let target = target(&args.supervision.conn)?;
                 let request = LeaseRequest {
                     holding: Holding::Leadership,
@@ -72,6 +83,8 @@ impl Config {
                     ttl: args.ttl,
                     wait: args.wait,
                     data: args.data.data,
+                    exact_owner: args.exact_owner,
+                    handover_to: args.handover_to,
                 };
                 Box::pin(async move { run::run(request, args.supervision, &target).await })
             }
@@ -105,6 +118,18 @@ impl Config {
                 let target = target(&args.conn)?;
                 until_signal(async move {
                     explained(&target, &PG_LEASE, leases::release(args, &target)).await
+                })
+            }
+            Command::Transfer(args) => {
+                let target = target(&args.conn)?;
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, leases::transfer(args, &target)).await
+                })
+            }
+            Command::History(args) => {
+                let target = target(&args.conn)?;
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, history::history(args, &target)).await
                 })
             }
             Command::ForceRelease(args) => {

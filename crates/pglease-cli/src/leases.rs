@@ -1,7 +1,8 @@
-//! The thin, scriptable lease commands: `acquire`, `renew`, `release`, `inspect` (of a key, or of
-//! a semaphore's slots), `list` and `purge`. Each is one call of the SQL API (plus a read of the
-//! server clock for "in 12s"), printed as aligned text or, with `--json`, as one JSON document.
-//! Refusals are outcomes with their own exit codes, not errors.
+//! The thin, scriptable lease commands: `acquire`, `renew`, `release`, `transfer`, `inspect` (of a
+//! key with its last grants, or of a semaphore's slots), `list` and `purge`. Each is one call of
+//! the SQL API (plus a read of the server clock for "in 12s", and for `inspect` the key's history),
+//! printed as aligned text or, with `--json`, as one JSON document. Refusals are outcomes with
+//! their own exit codes, not errors.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,10 +11,11 @@ use serde::Serialize;
 
 use crate::cli::{
     AcquireArgs, ForceReleaseArgs, InspectArgs, ListArgs, OutputArgs, PurgeArgs, ReleaseArgs,
-    RenewArgs, semaphore_name_fits,
+    RenewArgs, TransferArgs, semaphore_name_fits,
 };
 use crate::connect::Target;
 use crate::exit::{self, BoxError, EXIT_LOST, EXIT_NOT_ACQUIRED};
+use crate::history::{self, GrantJson};
 use crate::output;
 use crate::signals::Signals;
 use crate::waiting::{self, Holder, Outcome};
@@ -33,7 +35,13 @@ struct StateJson {
     expires_in_ms: Option<u64>,
     /// The holder's data (null unless held, or if the grant has none).
     data: Option<String>,
+    /// `inspect` of a key: its last grants, oldest first (absent elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recent: Option<Vec<GrantJson>>,
 }
+
+/// How many of a key's last grants `inspect` shows.
+const RECENT_GRANTS: u32 = 5;
 
 impl StateJson {
     fn new(key: &str, holder: Option<&Holder>) -> StateJson {
@@ -47,6 +55,7 @@ impl StateJson {
                 expires_at: None,
                 expires_in_ms: None,
                 data: None,
+                recent: None,
             };
         };
         StateJson {
@@ -58,6 +67,7 @@ impl StateJson {
             expires_at: h.state.expires_at.map(output::timestamp),
             expires_in_ms: h.left().map(output::millis),
             data: h.state.data.clone(),
+            recent: None,
         }
     }
 }
@@ -220,6 +230,67 @@ pub async fn release(args: ReleaseArgs, target: &Target) -> Result<ExitCode, Box
     Ok(status_exit(status))
 }
 
+/// `pglease transfer`.
+pub async fn transfer(args: TransferArgs, target: &Target) -> Result<ExitCode, BoxError> {
+    let (key, owner, epoch) = (args.key.key, args.owner.owner, args.epoch.epoch);
+    let to = args.to;
+    let client = target.connect().await?;
+    let transfer = target
+        .answer(pglease::transfer(
+            &client,
+            &key,
+            &owner,
+            epoch,
+            &to,
+            args.ttl.ttl,
+        ))
+        .await?;
+
+    #[derive(Serialize)]
+    struct Json<'a> {
+        key: &'a str,
+        owner: &'a str,
+        epoch: i64,
+        to_owner: &'a str,
+        status: &'static str,
+        transferred: bool,
+        /// The successor's epoch (null when refused).
+        to_epoch: Option<i64>,
+        /// The successor's expiry (null when refused).
+        expires_at: Option<String>,
+    }
+    if args.output.json {
+        output::json(&Json {
+            key: &key,
+            owner: &owner,
+            epoch,
+            to_owner: &to,
+            status: transfer.status.as_str(),
+            transferred: transfer.status.is_ok(),
+            to_epoch: transfer.grant.map(|g| g.epoch),
+            expires_at: transfer.grant.map(|g| output::timestamp(g.expires_at)),
+        })?;
+    } else if let Some(grant) = transfer.grant {
+        let now = target.answer(waiting::server_now(&client)).await?;
+        output::out(&output::fields(&[
+            ("transferred", key),
+            (
+                "from",
+                format!("{owner} (epoch {epoch}, fenced from now on)"),
+            ),
+            ("to", to),
+            ("epoch", grant.epoch.to_string()),
+            ("expires", output::expiry(grant.expires_at, now)),
+        ]))?;
+    } else {
+        eprintln!(
+            "pglease: transfer refused: {} (nothing changed)",
+            transfer.status
+        );
+    }
+    Ok(status_exit(transfer.status))
+}
+
 /// `pglease force-release`.
 pub async fn force_release(args: ForceReleaseArgs, target: &Target) -> Result<ExitCode, BoxError> {
     let key = args.key.key;
@@ -261,18 +332,28 @@ pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, Box
             return Ok(ExitCode::SUCCESS);
         }
     }
+    let last = pglease::HistoryQuery::new().limit(RECENT_GRANTS);
+    let recent = target
+        .answer(pglease::history(&client, &key, &last))
+        .await?;
+    let now = match &holder {
+        Some(h) => h.now,
+        None => target.answer(waiting::server_now(&client)).await?,
+    };
     if args.output.json {
-        output::json(&StateJson::new(&key, holder.as_ref()))?;
+        let mut json = StateJson::new(&key, holder.as_ref());
+        json.recent = Some(recent.iter().map(|e| GrantJson::new(e, now)).collect());
+        output::json(&json)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let text = match holder {
+    let mut text = match holder {
         None => output::fields(&[
-            ("key", key),
+            ("key", key.clone()),
             ("state", "unknown (never leased, or purged)".into()),
         ]),
         Some(h) if h.state.held => {
             let mut rows = vec![
-                ("key", key),
+                ("key", key.clone()),
                 ("state", "held".into()),
                 ("owner", h.state.owner.clone().unwrap_or_default()),
                 ("epoch", h.state.epoch.to_string()),
@@ -290,7 +371,7 @@ pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, Box
             output::fields(&rows)
         }
         Some(h) => output::fields(&[
-            ("key", key),
+            ("key", key.clone()),
             ("state", "not held (free or lapsed)".into()),
             (
                 "epoch",
@@ -301,6 +382,12 @@ pub async fn inspect(args: InspectArgs, target: &Target) -> Result<ExitCode, Box
             ),
         ]),
     };
+    if !recent.is_empty() {
+        text.push_str(&format!(
+            "\nlast grants (`pglease history {key}` shows more):\n"
+        ));
+        text.push_str(&history::table(&recent, now));
+    }
     output::out(&text)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@ mod consume;
 mod demo;
 mod embedded;
 mod exit;
+mod history;
 mod leader;
 mod leases;
 mod local;

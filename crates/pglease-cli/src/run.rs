@@ -14,10 +14,12 @@
 //!    `--lost-exit-code` (4).
 //! 4. When the command exits: by default keep the lease until every process it left behind has
 //!    exited too (`--descendants wait`), or stop them (`--descendants kill`); then release the lease
-//!    and exit with the command's status (128 + signal if killed).
+//!    (`elect --handover-to OWNER`: transfer it to OWNER) and exit with the command's status (128 +
+//!    signal if killed). A SIGTERM or SIGINT to pglease is passed on to the command, so stepping
+//!    down on a signal is this same order: the lease is kept until the command has exited.
 //!
 //! The owner always ends with a random nonce, so a grant returned to it can only be its own (see
-//! `owner.rs`).
+//! `owner.rs`), except `elect --exact-owner`, which a leader's `--handover-to` names.
 //!
 //! Keeping the lease alive is the library's job ([`pglease::Lease`]'s keepalive renews it every
 //! third of the ttl and declares it lost at its validity deadline, before the server would let a
@@ -48,6 +50,10 @@ pub struct LeaseRequest {
     pub holding: Holding,
     /// The value the grant carries (`--data`).
     pub data: Option<String>,
+    /// `elect --exact-owner`: campaign as exactly this owner (no nonce).
+    pub exact_owner: Option<String>,
+    /// `elect --handover-to`: on a graceful step-down, hand the leadership to this owner.
+    pub handover_to: Option<String>,
 }
 
 /// `pglease run` and `pglease elect`: holds `request`'s lease while the command of `args` runs.
@@ -56,7 +62,8 @@ pub async fn run(
     args: SupervisionArgs,
     target: &Target,
 ) -> Result<ExitCode, BoxError> {
-    let supervision = Supervision::new(&args, request.ttl);
+    let supervision = Supervision::new(&args, request.ttl, request.handover_to.clone());
+    let codes = supervision.codes;
     match run_inner(request, args, supervision, target).await {
         Ok(code) => Ok(code),
         Err(e) => {
@@ -68,9 +75,9 @@ pub async fn run(
             };
             exit::print_error(&*e);
             if missing::is_not_ready(&*e) {
-                return Ok(ExitCode::from(supervision.codes.not_installed));
+                return Ok(ExitCode::from(codes.not_installed));
             }
-            Ok(ExitCode::from(supervision.codes.error))
+            Ok(ExitCode::from(codes.error))
         }
     }
 }
@@ -81,7 +88,10 @@ async fn run_inner(
     supervision: Supervision,
     target: &Target,
 ) -> Result<ExitCode, BoxError> {
-    let owner = owner::unique_owner(args.owner.as_deref());
+    let owner = match &request.exact_owner {
+        Some(exact) => exact.clone(),
+        None => owner::unique_owner(args.owner.as_deref()),
+    };
     let command = args.argv();
     let mut signals = Signals::catch()?;
     let builder = pglease::Client::builder()

@@ -1,7 +1,13 @@
 //! Steps 2 to 4 of `pglease run` (see `run.rs`): the command under a held lease. Arm the watchdog,
 //! start the command, forward signals, keep the watchdog's deadline moving with the lease's, stop
 //! everything if the lease is lost (or its renewals stop getting through), wait for or stop the
-//! processes the command leaves behind, release the lease, and end with the right exit code.
+//! processes the command leaves behind, release the lease (or hand it over: `elect --handover-to`),
+//! and end with the right exit code.
+//!
+//! Stepping down is one order whatever starts it: the command exits by itself, or a SIGTERM or
+//! SIGINT sent to pglease is passed on to it and it exits; either way the lease is kept (renewed,
+//! watched by the watchdog) until the command and, by default, what it left running have exited,
+//! and only then released or handed over (as Kubernetes' graceful leader shutdown, KEP-5366).
 
 use std::future::Future;
 use std::process::{ExitCode, ExitStatus};
@@ -28,6 +34,10 @@ pub trait HeldLease {
 
     /// Releases the lease (stopping the keepalive); errors are reported, not fatal.
     fn release(self) -> impl Future<Output = Result<(), BoxError>>;
+
+    /// Hands the lease to `to` (stopping the keepalive) and returns the successor's epoch; on an
+    /// error the lease is released or lost, never kept. Errors are reported, not fatal.
+    fn hand_over(self, to: &str) -> impl Future<Output = Result<i64, BoxError>>;
 }
 
 impl HeldLease for pglease::Lease {
@@ -46,6 +56,11 @@ impl HeldLease for pglease::Lease {
     async fn release(self) -> Result<(), BoxError> {
         Ok(pglease::Lease::release(self).await?)
     }
+
+    async fn hand_over(self, to: &str) -> Result<i64, BoxError> {
+        let ttl = pglease::LeaseGuard::ttl(&self);
+        Ok(pglease::Lease::transfer_to(self, to, ttl).await?.epoch)
+    }
 }
 
 /// The exit codes of pglease's own outcomes, as chosen on the command line.
@@ -62,22 +77,26 @@ pub struct Codes {
 }
 
 /// How the command is supervised.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Supervision {
     ttl: Duration,
     kill_after: Duration,
     descendants: Descendants,
+    /// `elect --handover-to`: the owner the lease is handed to when the command has exited.
+    handover_to: Option<String>,
     /// pglease's own exit codes.
     pub codes: Codes,
 }
 
 impl Supervision {
-    /// The supervision `args` ask for, of a lease of `ttl`.
-    pub fn new(args: &SupervisionArgs, ttl: Duration) -> Supervision {
+    /// The supervision `args` ask for, of a lease of `ttl`, handed to `handover_to` (if given)
+    /// instead of released when the command has exited.
+    pub fn new(args: &SupervisionArgs, ttl: Duration, handover_to: Option<String>) -> Supervision {
         Supervision {
             ttl,
             kill_after: args.kill_after,
             descendants: args.descendants,
+            handover_to,
             codes: Codes {
                 conflict: args.conflict_exit_code,
                 lost: args.lost_exit_code,
@@ -356,8 +375,8 @@ impl Supervisor<'_> {
         self.child.signal_all(libc::SIGKILL);
     }
 
-    /// Everything has exited: stops the watchdog, releases the lease (unless it is lost) and
-    /// returns the exit code: the command's own, or `--lost-exit-code`.
+    /// Everything has exited: stops the watchdog, releases the lease or hands it over (unless it is
+    /// lost) and returns the exit code: the command's own, or `--lost-exit-code`.
     async fn finish(self, lease: impl HeldLease) -> Result<ExitCode, BoxError> {
         self.watchdog.finish();
         let status = self
@@ -372,7 +391,10 @@ impl Supervisor<'_> {
             }
             return Ok(ExitCode::from(self.sup.codes.lost));
         }
-        release(lease, key, ttl).await;
+        match &self.sup.handover_to {
+            Some(to) => hand_over(lease, key, to, ttl).await,
+            None => release(lease, key, ttl).await,
+        }
         Ok(child::exit_code(status))
     }
 }
@@ -428,6 +450,25 @@ async fn release(lease: impl HeldLease, key: &str, ttl: Duration) {
         Ok(Err(e)) => eprintln!("pglease: could not release {key} ({e}); it lapses at its expiry"),
         Err(_) => eprintln!(
             "pglease: could not release {key} within {}; it lapses at its expiry",
+            output::duration(bound)
+        ),
+    }
+}
+
+/// Hands `lease` to `to` within the ttl (at most 10 s), saying so on stderr; a failure is reported
+/// (the library then released the lease, or it had been lost, or it lapses at its expiry).
+async fn hand_over(lease: impl HeldLease, key: &str, to: &str, ttl: Duration) {
+    let bound = ttl.min(Duration::from_secs(10));
+    match tokio::time::timeout(bound, lease.hand_over(to)).await {
+        Ok(Ok(epoch)) => {
+            eprintln!("pglease: handed the leadership of {key} to {to} (its term: epoch {epoch})")
+        }
+        Ok(Err(e)) => eprintln!(
+            "pglease: could not hand {key} over to {to} ({e}); it was released instead, or \
+             lapses at its expiry"
+        ),
+        Err(_) => eprintln!(
+            "pglease: could not hand {key} over to {to} within {}; it lapses at its expiry",
             output::duration(bound)
         ),
     }

@@ -369,6 +369,38 @@ impl Client {
         calls::inspect(&**conn, key).await
     }
 
+    /// The grants of `key` recorded in its history, in epoch order, as `query` selects them
+    /// ([`crate::history`] on a pooled connection): who held it, from when to when, and how each
+    /// grant ended.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::history`], plus pool errors ([`Error::is_connection`], [`Error::is_closed`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// let last_five = pglease::HistoryQuery::new().limit(5);
+    /// for g in client.history("scheduler", &last_five).await? {
+    ///     println!("epoch {} {} ended by {:?}", g.epoch, g.owner, g.ended_by);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn history(
+        &self,
+        key: &str,
+        query: &crate::HistoryQuery,
+    ) -> Result<Vec<crate::HistoryEntry>> {
+        let conn = self.inner.conns.get().await?;
+        calls::history(&**conn, key, query).await
+    }
+
     /// Every key starting with `prefix` (all keys for `None`), with its state
     /// ([`crate::list`] on a pooled connection).
     ///

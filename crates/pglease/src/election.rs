@@ -1,5 +1,6 @@
 //! Leader election on one key: [`Election`] campaigns (blocks until leader, yielding the
-//! leadership as a [`Lease`]), resigns, and observes leader changes as a stream of [`Leader`]s.
+//! leadership as a [`Lease`]), resigns, hands the leadership to a named successor, and observes
+//! leader changes as a stream of [`Leader`]s.
 //!
 //! The leader is whoever holds the key; its epoch numbers the term, so terms strictly increase and
 //! a former leader is fenced out by the epoch. A candidate may campaign with data
@@ -20,8 +21,13 @@
 //! waiting interface every wait of the client uses (`wait.rs`: subscribe, `lease.watch`, sleep
 //! until a change or the lapse), so that it needs no connection of its own.
 //!
+//! A handover is [`Lease::transfer_to`]: the successor, campaigning, waits as every acquire does
+//! (registered as the key's waiter, listening for its release), so the transfer's notification
+//! wakes it and its acquire returns the transferred grant (`wait.rs` tries again at once when the
+//! holder it finds is its own owner).
+//!
 //! Logs on target `pglease::election` (`info`): leader elected (in the `campaign` span), leadership
-//! resigned, and each leader change an observer sees; the loss of a leadership is logged (`warn`)
+//! resigned, leadership handed over, and each leader change an observer sees; the loss of a leadership is logged (`warn`)
 //! where every loss is, `Shared::end`.
 
 use std::fmt;
@@ -285,6 +291,59 @@ impl Election {
                 "resign: the lease is not on this election's key",
             ))
         }
+    }
+
+    /// Hands the leadership to the candidate `to` (its [`Client::owner`]): the key is transferred
+    /// to it in one step ([`Lease::transfer_to`] with the election's ttl), so there is no moment
+    /// without a leader, the successor's term (epoch) is higher than this one's, and this term is
+    /// fenced from then on.
+    ///
+    /// A successor already campaigning ([`Election::campaign`], by a client whose owner is `to`,
+    /// under the same login role or a member of it) is woken by the transfer — it waits as a
+    /// registered waiter listening for the key's release — and its campaign returns the
+    /// transferred leadership without polling. A successor that campaigns later gets it at once. If
+    /// no candidate with that owner campaigns within the election's ttl, the grant lapses and the
+    /// other candidates compete as after a crash. The transfer names an owner, campaigning or not.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lease::transfer_to`] (the leadership is consumed in every case); also
+    /// [`Error::is_invalid_input`] if `leadership` is not a lease on this election's key (it is
+    /// then released, as by [`Election::resign`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lease::transfer_to`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(election: &pglease::Election) -> pglease::Result<()> {
+    /// let leadership = election.campaign().await?;
+    /// // ... lead, then step down in favour of node-2 (campaigning with its own client) ...
+    /// let handover = election.handover(leadership, "node-2").await?;
+    /// println!("node-2 leads from term {}", handover.epoch);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn handover(&self, leadership: Lease, to: &str) -> Result<crate::Handover> {
+        if leadership.key() != self.key {
+            let _ = leadership.release().await;
+            return Err(Error::invalid_argument(
+                "handover: the lease is not on this election's key",
+            ));
+        }
+        let handover = leadership.transfer_to(to, self.ttl).await?;
+        tracing::info!(
+            target: trace::ELECTION,
+            key = self.key.as_str(),
+            owner = handover.from_owner.as_str(),
+            epoch = handover.from_epoch,
+            to_owner = handover.to_owner.as_str(),
+            to_epoch = handover.epoch,
+            "leadership handed over"
+        );
+        Ok(handover)
     }
 
     /// The current leader, by the server clock; `None` if there is none.

@@ -13,15 +13,16 @@
 //! - A renewal refused by the server (`not_owner`, `lapsed`, `epoch_mismatch`) ends the lease at
 //!   once. Anything else is retried until the deadline, then the lease ends as
 //!   [`LostReason::Expired`].
-//! - Every wait is bounded by the deadline; the task ends on release, drop, loss or client
-//!   shutdown, and nothing renews after it has ended: a renewal still queued is withdrawn, one in
-//!   flight is waited for before the release is sent.
+//! - Every wait is bounded by the deadline; the task ends on release, transfer, drop, loss or
+//!   client shutdown, and nothing renews after it has ended: a renewal still queued is withdrawn,
+//!   one in flight is waited for before the release (or the transfer) is sent.
 //! - A renewal the batch reports `busy` (the key's row locked by another transaction) is sent
 //!   again at once on its own (`lease.renew`), bounded by the deadline.
 //!
 //! It runs in the lease's `keepalive` span (made by the client) and logs on target
 //! `pglease::lease`: each renewal (`debug`), each failed one with its error and SQLSTATE (`warn`),
-//! the first success after failures (`info`), and the release (`info`, or `warn` if it failed).
+//! the first success after failures (`info`), the release (`info`, or `warn` if it failed) and the
+//! transfer (`info`, or `warn` if it failed).
 //! The loss itself is logged where every loss passes, `Shared::end`.
 
 use std::sync::Arc;
@@ -32,12 +33,12 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::lease_calls::{release_once, renew_once};
+use crate::lease_calls::{handover, release_once, renew_once, transfer_once};
 use crate::lost::LostReason;
 use crate::pooled::Connections;
 use crate::renewer::{Outcome, Renewer, Ticket};
 use crate::reservations::Reservation;
-use crate::results::Status;
+use crate::results::{Handover, Status};
 use crate::shared::{Command, Health, Shared};
 use crate::trace;
 
@@ -80,6 +81,12 @@ pub(crate) struct Keepalive {
 enum Exit {
     /// Release requested by the handle (with a reply) or by its drop (without).
     Release(Option<oneshot::Sender<Result<()>>>),
+    /// Transfer to another owner requested by the handle ([`crate::Lease::transfer_to`]).
+    Transfer {
+        to_owner: String,
+        ttl: std::time::Duration,
+        reply: oneshot::Sender<Result<Handover>>,
+    },
     /// The client shut down.
     Shutdown,
     /// The lease ended for `reason` (lost, or ended by a handle).
@@ -153,6 +160,9 @@ impl Keepalive {
             command = self.commands.recv() => {
                 let exit = match command {
                     Some(Command::Release(reply)) => Exit::Release(Some(reply)),
+                    Some(Command::Transfer { to_owner, ttl, reply }) => {
+                        Exit::Transfer { to_owner, ttl, reply }
+                    }
                     None => Exit::Release(None),
                 };
                 if !self.settle(&mut ticket, valid_until).await {
@@ -215,6 +225,15 @@ impl Keepalive {
                     let _ = reply.send(result);
                 }
             }
+            Exit::Transfer {
+                to_owner,
+                ttl,
+                reply,
+            } => {
+                let result = self.transfer_requested(&to_owner, ttl).await;
+                self.reservations.clear();
+                let _ = reply.send(result);
+            }
             Exit::Shutdown => {
                 let held = shared.check().is_ok();
                 shared.end(LostReason::Shutdown);
@@ -232,10 +251,17 @@ impl Keepalive {
                 }
             }
         }
-        // Answer late release requests (the handle's `release` raced with the end).
-        while let Ok(Command::Release(reply)) = self.commands.try_recv() {
+        // Answer late requests (the handle's `release` or `transfer_to` raced with the end).
+        while let Ok(command) = self.commands.try_recv() {
             let reason = shared.check().err().unwrap_or(LostReason::Released);
-            let _ = reply.send(Err(Error::lease_lost(reason)));
+            match command {
+                Command::Release(reply) => {
+                    let _ = reply.send(Err(Error::lease_lost(reason)));
+                }
+                Command::Transfer { reply, .. } => {
+                    let _ = reply.send(Err(Error::lease_lost(reason)));
+                }
+            }
         }
         self.reservations.clear();
     }
@@ -273,6 +299,67 @@ impl Keepalive {
                         Err(e)
                     }
                 }
+            }
+        }
+    }
+}
+
+impl Keepalive {
+    /// The transfer the handle asked for ([`crate::Lease::transfer_to`]): hands the lease to
+    /// `to_owner` unless it has ended. The lease ends in every case: `Transferred` on `ok`, the
+    /// refusal's reason, or (after an error, when the transfer may not have happened) released as
+    /// on drop, so that the key does not stay held by nobody's keepalive.
+    async fn transfer_requested(
+        &self,
+        to_owner: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Handover> {
+        let shared = &self.shared;
+        if let Err(reason) = shared.check() {
+            if reason == LostReason::Expired || reason == LostReason::Released {
+                let result = release_once(&self.conns, shared).await;
+                log_release(shared, &result, reason);
+            }
+            return Err(Error::lease_lost(reason));
+        }
+        match transfer_once(&self.conns, shared, to_owner, ttl).await {
+            Ok(transfer) => match (transfer.status.lost_reason(), transfer.grant) {
+                (None, Some(grant)) => {
+                    shared.end(LostReason::Transferred);
+                    tracing::info!(
+                        target: trace::LEASE,
+                        key = shared.key.as_str(),
+                        owner = shared.owner.as_str(),
+                        epoch = shared.epoch,
+                        to_owner,
+                        to_epoch = grant.epoch,
+                        "lease transferred"
+                    );
+                    Ok(handover(shared, to_owner, grant))
+                }
+                (reason, _) => {
+                    // A refusal: the lease had already ended on the server (logged by `end`).
+                    let reason = reason.unwrap_or(LostReason::Lapsed);
+                    shared.end(reason);
+                    Err(Error::lease_lost(reason))
+                }
+            },
+            Err(e) => {
+                tracing::warn!(
+                    target: trace::LEASE,
+                    key = shared.key.as_str(),
+                    owner = shared.owner.as_str(),
+                    epoch = shared.epoch,
+                    to_owner,
+                    error = %e,
+                    sqlstate = trace::sqlstate(&e),
+                    "lease transfer failed: releasing the lease instead"
+                );
+                shared.end(LostReason::Released);
+                // Refused (and harmless) if the transfer did take effect.
+                let result = release_once(&self.conns, shared).await;
+                log_release(shared, &result, LostReason::Released);
+                Err(e)
             }
         }
     }

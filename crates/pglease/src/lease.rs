@@ -1,5 +1,5 @@
 //! A lease held by this process: the [`Lease`] handle, which owns the lease (renew, release,
-//! release on drop) and reads and fences with it. Its state is shared with its guards and its
+//! transfer to another owner, release on drop) and reads and fences with it. Its state is shared with its guards and its
 //! keepalive task (`shared.rs`); why it ends is a [`LostReason`].
 
 use std::sync::Arc;
@@ -11,15 +11,18 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
+use crate::lease_calls::{handover, transfer_once};
 use crate::lost::LostReason;
 use crate::pooled::{self, Connections};
+use crate::results::Handover;
 use crate::shared::{Command, Shared};
 use crate::trace;
 
 /// A lease held by this process, kept alive by a background keepalive task until it is released,
 /// dropped or lost.
 ///
-/// Behaves like a `Transaction`: [`Lease::release`] consumes it; dropping it stops the keepalive
+/// Behaves like a `Transaction`: [`Lease::release`] (or [`Lease::transfer_to`], which hands it to
+/// another owner) consumes it; dropping it stops the keepalive
 /// and releases the lease in the background (best effort: if that fails, the lease lapses after its
 /// ttl). It dereferences to its [`LeaseGuard`], which reads it (key, owner, epoch, expiry), watches
 /// for its end ([`LeaseGuard::lost`], [`LeaseGuard::token`]) and guards writes
@@ -252,6 +255,109 @@ impl Lease {
                     }
                     Some(reason) => Err(Error::lease_lost(reason)),
                 }
+            }
+        }
+    }
+}
+
+impl Lease {
+    /// Hands the lease to `to_owner` in one step (`lease.transfer`): stops the keepalive, waits for
+    /// a renewal in flight, then makes `to_owner` the holder at the key's next epoch until server
+    /// time + `ttl`. The key is never free in between, and this lease's epoch is fenced from the
+    /// transfer on (renew, release and [`fence`](crate::LeaseGuard::fence) with it are refused);
+    /// its guards see [`LostReason::Transferred`].
+    ///
+    /// The successor takes the grant over by acquiring the key with owner `to_owner` under the
+    /// same login role (or a member of it): its acquire returns the transferred grant. A successor
+    /// already waiting for the key ([`Client::acquire`], [`crate::Election::campaign`]) is woken by
+    /// the transfer and gets it at once. If nobody acquires it as `to_owner`, nobody renews it and
+    /// it lapses after `ttl`; a transfer to an owner nobody uses holds the key that long.
+    ///
+    /// The lease is consumed, and not released on drop: whatever happens, this process stops
+    /// holding it.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_invalid_input`]: `to_owner` empty or over
+    ///   [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES) bytes, or `ttl` not in (0, 365 days]
+    ///   (client-side, nothing transferred: the lease is released as on drop), or `22023` from the
+    ///   server (a ttl above the installing role's cap: the lease is then released).
+    /// - [`Error::is_lease_lost`]: the lease had already ended, or the server refused the transfer
+    ///   (`not_owner`, `lapsed`, `epoch_mismatch`: it was lost meanwhile); nothing changed on the
+    ///   server.
+    /// - [`Error::is_connection`] or another server error: the outcome is unknown; the lease is
+    ///   then released (a release after a transfer that did take effect is refused and changes
+    ///   nothing), so the key is either the successor's or free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: once called, the transfer goes ahead in the background even if this future is
+    /// dropped (its outcome is then unknown to the caller: [`Client::inspect`] tells).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let ttl = Duration::from_secs(10);
+    /// let lease = client.acquire("scheduler", ttl, Duration::from_secs(60)).await?;
+    /// let old = lease.epoch();
+    /// let handover = lease.transfer_to("node-2", ttl).await?;
+    /// assert!(handover.epoch > old); // node-2's acquire of "scheduler" now returns this grant
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn transfer_to(
+        mut self,
+        to_owner: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Handover> {
+        if !crate::limits::is_valid_name(to_owner) {
+            return Err(Error::invalid_argument(format!(
+                "transfer_to: to_owner must be 1 to {} bytes (got {}); the lease is released",
+                crate::limits::MAX_NAME_BYTES,
+                to_owner.len()
+            )));
+        }
+        if ttl.is_zero() || ttl > crate::limits::MAX_INTERVAL {
+            return Err(Error::invalid_argument(format!(
+                "transfer_to: ttl must be in (0, 365 days] (got {ttl:?}); the lease is released"
+            )));
+        }
+        let Some(control) = self.control.take() else {
+            return Err(Error::lease_lost(LostReason::Released));
+        };
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Transfer {
+            to_owner: to_owner.to_owned(),
+            ttl,
+            reply,
+        };
+        if control.send(command).is_ok()
+            && let Ok(result) = answer.await
+        {
+            return result;
+        }
+        // The keepalive task is gone: the lease ended (lost, or the runtime is shutting down).
+        drop(control);
+        self.shared.check().map_err(Error::lease_lost)?;
+        let transfer = transfer_once(&self.conns, &self.shared, to_owner, ttl).await;
+        match transfer {
+            Ok(transfer) => match (transfer.status.lost_reason(), transfer.grant) {
+                (None, Some(grant)) => {
+                    self.shared.end(LostReason::Transferred);
+                    Ok(handover(&self.shared, to_owner, grant))
+                }
+                (reason, _) => {
+                    let reason = reason.unwrap_or(LostReason::Lapsed);
+                    self.shared.end(reason);
+                    Err(Error::lease_lost(reason))
+                }
+            },
+            Err(e) => {
+                self.shared.end(LostReason::Released);
+                Err(e)
             }
         }
     }

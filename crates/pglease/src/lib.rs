@@ -20,10 +20,10 @@
 //!   independent pg_lease databases by a fixed slot map in the client, each key's authority
 //!   exactly one database, and a procedure for moving a slot that keeps its epochs above every
 //!   earlier grant.
-//! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`inspect`], [`list`],
-//!   [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`], [`list_slots`],
-//!   [`register_slot_waiter`], [`fence()`], [`configure`], [`configuration`], [`high_water`],
-//!   [`raise_min_epoch`]): one async function per SQL function, generic over
+//! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`transfer`], [`inspect`],
+//!   [`list`], [`history`], [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`],
+//!   [`list_slots`], [`register_slot_waiter`], [`fence()`], [`configure`], [`configure_history`],
+//!   [`configuration`], [`high_water`], [`raise_min_epoch`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
 //!   `Transaction`. They hold no state of their own.
 //! - **Connecting** ([`ConnectOptions`], [`SslMode`], [`TlsConnector`]): a connection string read
@@ -162,9 +162,9 @@ mod slot_move;
 pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    MAX_DURATION, acquire, acquire_slot, configuration, configure, fence, force_release,
-    high_water, inspect, list, list_slots, purge, raise_min_epoch, register_slot_waiter,
-    register_waiter, release, renew, renew_many, slot_key, watch,
+    HistoryQuery, MAX_DURATION, acquire, acquire_slot, configuration, configure, configure_history,
+    fence, force_release, high_water, history, inspect, list, list_slots, purge, raise_min_epoch,
+    register_slot_waiter, register_waiter, release, renew, renew_many, slot_key, transfer, watch,
 };
 pub use client::Client;
 pub use confirmed::{ConfirmedConnect, drive_connection};
@@ -183,8 +183,8 @@ pub use lease::Lease;
 pub use listening::{Listener, Subscription};
 pub use lost::LostReason;
 pub use results::{
-    Configuration, Grant, KeyRenewal, LeaseState, ListedLease, Renewal, SlotGrant, SlotState,
-    SlotWaiter, Status, Waiter, Watched,
+    Configuration, EndedBy, Grant, Handover, HistoryEntry, KeyRenewal, LeaseState, ListedLease,
+    Renewal, SlotGrant, SlotState, SlotWaiter, Status, Transfer, Waiter, Watched,
 };
 pub use semaphore::Semaphore;
 pub use shard::ShardedClient;

@@ -18,6 +18,8 @@
 //! | `renew_many` pairs | at most [`MAX_RENEW_MANY`] (100 000) per call |
 //! | `raise_min_epoch` | 0..=[`MAX_MIN_EPOCH`] (2^62) |
 //! | `max_ttl`, `failover_quarantine` (`lease.configure`) | (0, [`MAX_INTERVAL`]], the quarantine at least `max_ttl` |
+//! | `history` rows (`max_rows`) | 1..=[`MAX_HISTORY_ROWS`] (10 000) |
+//! | history retention (`lease.configure_history`) | [1 s, [`MAX_HISTORY_RETENTION`]]: 1 second to 3650 days; [`DEFAULT_HISTORY_RETENTION`] (30 days) when not set |
 //!
 //! # Examples
 //!
@@ -110,6 +112,38 @@ pub const MAX_RENEW_MANY: usize = 100_000;
 /// assert_eq!(pglease::limits::MAX_MIN_EPOCH, 1 << 62);
 /// ```
 pub const MAX_MIN_EPOCH: i64 = 1 << 62;
+
+/// The most grants one `lease.history` call returns (its `max_rows`).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::limits::MAX_HISTORY_ROWS, 10_000);
+/// ```
+pub const MAX_HISTORY_ROWS: u32 = 10_000;
+
+/// The longest history retention `lease.configure_history` accepts: 3650 days (ten years of
+/// 365 days). The shortest is one second.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(pglease::limits::MAX_HISTORY_RETENTION, Duration::from_secs(3650 * 86_400));
+/// ```
+pub const MAX_HISTORY_RETENTION: Duration =
+    Duration::from_secs(10 * MAX_INTERVAL_DAYS * SECONDS_PER_DAY);
+
+/// The history retention when none was configured: 30 days. (Not a bound, but the SQL spells it
+/// as `interval '30 days'` like its bounds, so it is in this table too.)
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(pglease::limits::DEFAULT_HISTORY_RETENTION, Duration::from_secs(30 * 86_400));
+/// ```
+pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(30 * SECONDS_PER_DAY);
 
 /// [`MAX_INTERVAL`] in days, as the SQL spells it (`interval '365 days'`).
 const MAX_INTERVAL_DAYS: u64 = 365;
@@ -289,6 +323,7 @@ mod tests {
         // `> 1` (one-dimensional arrays, distinct keys).
         let counts = BTreeSet::from([
             u64::from(MAX_HOLDERS),
+            u64::from(MAX_HISTORY_ROWS),
             MAX_RENEW_MANY as u64,
             MAX_MIN_EPOCH as u64,
         ]);
@@ -299,8 +334,13 @@ mod tests {
             .collect();
         assert_eq!(
             durations,
-            BTreeSet::from([MAX_INTERVAL.as_secs()]),
-            "extension SQL duration bounds (seconds) vs limits::MAX_INTERVAL"
+            BTreeSet::from([
+                MAX_INTERVAL.as_secs(),
+                MAX_HISTORY_RETENTION.as_secs(),
+                DEFAULT_HISTORY_RETENTION.as_secs(),
+            ]),
+            "extension SQL duration bounds (seconds) vs limits::MAX_INTERVAL, \
+             MAX_HISTORY_RETENTION, DEFAULT_HISTORY_RETENTION"
         );
         assert!(
             counts.is_subset(&seconds),

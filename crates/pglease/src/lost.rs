@@ -6,7 +6,7 @@ use std::fmt;
 /// Why a lease ended; what [`Lease::lost`](crate::LeaseGuard::lost) completes with.
 ///
 /// Every reason means the same thing to the holder: stop acting on the lease now. The first four
-/// are losses; the last two are the holder's own doing.
+/// are losses; the last three are the holder's own doing.
 ///
 /// # Examples
 ///
@@ -38,11 +38,15 @@ pub enum LostReason {
     Released,
     /// The client was shut down ([`crate::Client::shutdown`]), which releases its leases.
     Shutdown,
+    /// This process handed the lease to another owner ([`crate::Lease::transfer_to`],
+    /// [`crate::Election::handover`]): the key is the successor's, at a higher epoch, and this
+    /// grant's epoch is fenced.
+    Transferred,
 }
 
 impl LostReason {
     /// A short lower-case name: `expired`, `not_owner`, `lapsed`, `epoch_mismatch`, `released`,
-    /// `shutdown`.
+    /// `shutdown`, `transferred`.
     ///
     /// # Examples
     ///
@@ -57,11 +61,12 @@ impl LostReason {
             LostReason::EpochMismatch => "epoch_mismatch",
             LostReason::Released => "released",
             LostReason::Shutdown => "shutdown",
+            LostReason::Transferred => "transferred",
         }
     }
 
     /// Whether the lease was lost (taken away), as opposed to ended by this process
-    /// ([`LostReason::Released`], [`LostReason::Shutdown`]).
+    /// ([`LostReason::Released`], [`LostReason::Shutdown`], [`LostReason::Transferred`]).
     ///
     /// # Examples
     ///
@@ -71,7 +76,10 @@ impl LostReason {
     /// assert!(!LostReason::Released.is_loss());
     /// ```
     pub const fn is_loss(self) -> bool {
-        !matches!(self, LostReason::Released | LostReason::Shutdown)
+        !matches!(
+            self,
+            LostReason::Released | LostReason::Shutdown | LostReason::Transferred
+        )
     }
 }
 

@@ -1,5 +1,7 @@
 //! The values pg_lease's calls return: [`Grant`] (acquire), [`Status`] and [`Renewal`] (renew,
-//! release), [`LeaseState`] and [`ListedLease`] (inspect, list) and [`Waiter`] (register_waiter).
+//! release), [`Transfer`] (transfer) and [`Handover`] (a lease handed over), [`LeaseState`] and
+//! [`ListedLease`] (inspect, list), [`HistoryEntry`] and [`EndedBy`] (history) and [`Waiter`]
+//! (register_waiter).
 //!
 //! Each mirrors one result shape of the SQL API; the decoders that check a row's shape and build
 //! these values are in `rows.rs`.
@@ -377,6 +379,221 @@ pub struct KeyRenewal {
     pub renewal: Option<Renewal>,
 }
 
+/// The outcome of [`transfer`](crate::transfer): the status and, when it is [`Status::Ok`], the
+/// successor's grant.
+///
+/// The refusals are [`Status::NotOwner`], [`Status::Lapsed`] and [`Status::EpochMismatch`], in
+/// renew's precedence; a refused transfer changed nothing.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client, epoch: i64) -> pglease::Result<()> {
+/// let ttl = std::time::Duration::from_secs(30);
+/// let t = pglease::transfer(db, "scheduler", "node-1", epoch, "node-2", ttl).await?;
+/// match t.grant {
+///     Some(grant) => println!("node-2 holds it at epoch {}", grant.epoch),
+///     None => println!("refused: {}", t.status),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Transfer {
+    /// Whether the transfer took effect, and if not, why.
+    pub status: Status,
+    /// The successor's grant (the next epoch, expiring at server time + ttl): `Some` exactly when
+    /// `status` is [`Status::Ok`].
+    pub grant: Option<Grant>,
+}
+
+/// A lease this process handed to another owner ([`Lease::transfer_to`](crate::Lease::transfer_to),
+/// [`Election::handover`](crate::Election::handover)): who had it, who has it now, and the
+/// successor's grant.
+///
+/// From the moment the transfer committed, `to_owner` holds `key` at `epoch` (greater than
+/// `from_epoch`) until `expires_at` (server time) unless it renews, and `from_epoch` is fenced:
+/// renew, release and fence with it are refused.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(lease: pglease::Lease) -> pglease::Result<()> {
+/// let handover = lease.transfer_to("node-2", std::time::Duration::from_secs(10)).await?;
+/// assert!(handover.epoch > handover.from_epoch);
+/// println!("{} now holds {} at epoch {}", handover.to_owner, handover.key, handover.epoch);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Handover {
+    /// The key handed over.
+    pub key: String,
+    /// The owner that held it (this process's).
+    pub from_owner: String,
+    /// The epoch it held it at: fenced from the transfer on.
+    pub from_epoch: i64,
+    /// The successor.
+    pub to_owner: String,
+    /// The successor's epoch: the key's next epoch, greater than `from_epoch`.
+    pub epoch: i64,
+    /// The successor's expiry (server time + the ttl given): it lapses then unless the successor
+    /// acquires it (its acquire returns this grant) and renews it.
+    pub expires_at: SystemTime,
+}
+
+/// How a grant in the history ended ([`HistoryEntry::ended_by`]), as `lease.history` names it.
+///
+/// A grant that a later call ended where it happened says so directly (forced, transferred, or
+/// the end of a key's last grant written by purge, which is `released` or `lapsed`); a release or
+/// a lapse is otherwise read from the key's next grant or from its row now. A strings this client
+/// does not know (from a newer pg_lease) is kept as [`EndedBy::Other`].
+///
+/// # Examples
+///
+/// ```
+/// use pglease::EndedBy;
+/// assert_eq!(EndedBy::parse("transferred"), EndedBy::Transferred);
+/// assert_eq!(EndedBy::parse("evicted"), EndedBy::Other("evicted".into()));
+/// assert_eq!(EndedBy::Lapsed.as_str(), "lapsed");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EndedBy {
+    /// `released`: the holder released it (or, when purge ended the record, the key was free).
+    Released,
+    /// `lapsed`: it expired without a renewal; `ended_at` is its expiry (shown as soon as it
+    /// passes, before any later grant).
+    Lapsed,
+    /// `forced`: an operator ended it with `lease.force_release` ([`force_release`](crate::force_release)).
+    Forced,
+    /// `transferred`: its holder handed the key to another owner ([`transfer`](crate::transfer));
+    /// the next entry is the successor's grant.
+    Transferred,
+    /// `unrecorded`: it ended while the history was off ([`configure_history`](crate::configure_history)),
+    /// so how and when is unknown (`ended_at` is `None`).
+    Unrecorded,
+    /// A string this client does not know, kept as the server sent it.
+    Other(String),
+}
+
+impl EndedBy {
+    /// The known ends, in the order of the SQL API's documentation.
+    #[cfg(test)]
+    pub(crate) const KNOWN: [EndedBy; 5] = [
+        EndedBy::Released,
+        EndedBy::Lapsed,
+        EndedBy::Forced,
+        EndedBy::Transferred,
+        EndedBy::Unrecorded,
+    ];
+
+    /// Reads the SQL API's string (exactly, case-sensitive); any other string is
+    /// [`EndedBy::Other`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(pglease::EndedBy::parse("forced"), pglease::EndedBy::Forced);
+    /// ```
+    pub fn parse(s: &str) -> EndedBy {
+        match s {
+            "released" => EndedBy::Released,
+            "lapsed" => EndedBy::Lapsed,
+            "forced" => EndedBy::Forced,
+            "transferred" => EndedBy::Transferred,
+            "unrecorded" => EndedBy::Unrecorded,
+            other => EndedBy::Other(other.to_owned()),
+        }
+    }
+
+    /// The SQL API's string: `released`, `lapsed`, `forced`, `transferred`, `unrecorded`, or the
+    /// unknown string kept in [`EndedBy::Other`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(pglease::EndedBy::Transferred.as_str(), "transferred");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        match self {
+            EndedBy::Released => "released",
+            EndedBy::Lapsed => "lapsed",
+            EndedBy::Forced => "forced",
+            EndedBy::Transferred => "transferred",
+            EndedBy::Unrecorded => "unrecorded",
+            EndedBy::Other(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for EndedBy {
+    /// Writes [`EndedBy::as_str`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One grant of a key, from [`history`](crate::history), judged as of the call by the server
+/// clock.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+/// for g in pglease::history(db, "scheduler", &pglease::HistoryQuery::new()).await? {
+///     match &g.ended_by {
+///         None => println!("epoch {}: {} holds it", g.epoch, g.owner),
+///         Some(end) => println!("epoch {}: {} until {:?} ({end})", g.epoch, g.owner, g.ended_at),
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct HistoryEntry {
+    /// The grant's fencing epoch (entries come in epoch order).
+    pub epoch: i64,
+    /// The owner it was granted to.
+    pub owner: String,
+    /// The login role of the session that made the grant (the role that may renew, release and
+    /// fence it); `None` for a grant made before pg_lease 0.8.0.
+    pub holder_role: Option<String>,
+    /// When it was granted (server time); `None` for a grant already held when the history began
+    /// (the upgrade to pg_lease 0.9.0 recorded it without its start).
+    pub granted_at: Option<SystemTime>,
+    /// Its expiry: the current one while held, the last one it had once ended; `None` when unknown
+    /// ([`EndedBy::Unrecorded`]).
+    pub expires_at: Option<SystemTime>,
+    /// When it ended (server time; a lapse's is its expiry); `None` while held, and for
+    /// [`EndedBy::Unrecorded`].
+    pub ended_at: Option<SystemTime>,
+    /// How it ended; `None` while it is held (the current grant).
+    pub ended_by: Option<EndedBy>,
+    /// The data it was granted with (not later changes by renewals).
+    pub data: Option<String>,
+}
+
+impl HistoryEntry {
+    /// Whether this is the key's current grant, held as of the call.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(db: &tokio_postgres::Client) -> pglease::Result<()> {
+    /// let grants = pglease::history(db, "scheduler", &pglease::HistoryQuery::new()).await?;
+    /// let holder = grants.iter().find(|g| g.is_current()).map(|g| g.owner.as_str());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_current(&self) -> bool {
+        self.ended_by.is_none()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,6 +623,50 @@ mod tests {
                 crate::PG_LEASE.install_script().script.contains(&quoted),
                 "{quoted}"
             );
+        }
+    }
+
+    #[test]
+    fn ended_by_strings_round_trip_and_appear_in_the_sql() {
+        let sql = crate::PG_LEASE.install_script().script;
+        for end in EndedBy::KNOWN {
+            assert_eq!(EndedBy::parse(end.as_str()), end);
+            assert_eq!(end.to_string(), end.as_str());
+            assert!(sql.contains(&format!("'{}'", end.as_str())), "{end}");
+        }
+        assert_eq!(
+            EndedBy::parse("RELEASED"),
+            EndedBy::Other("RELEASED".into())
+        );
+    }
+
+    /// Every quoted word on a line of the SQL that sets or names an `ended_by` is one this client
+    /// knows: a new end reason in the SQL fails here until `EndedBy` has it.
+    #[test]
+    fn every_ended_by_the_sql_writes_is_known() {
+        let sql = crate::PG_LEASE.install_script().script;
+        let mut found = Vec::new();
+        for line in sql.lines().filter(|l| {
+            let code = l.split("--").next().unwrap_or("");
+            code.contains("ended_by") && !l.trim_start().starts_with("--")
+        }) {
+            let code = line.split("--").next().unwrap_or("");
+            let mut parts = code.split('\'');
+            parts.next();
+            while let (Some(word), Some(_)) = (parts.next(), parts.next()) {
+                if !word.is_empty() && word.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                    found.push(word.to_owned());
+                }
+            }
+        }
+        for word in &found {
+            assert!(
+                !matches!(EndedBy::parse(word), EndedBy::Other(_)),
+                "the SQL writes ended_by {word:?}, unknown to EndedBy"
+            );
+        }
+        for end in ["released", "lapsed", "forced", "transferred", "unrecorded"] {
+            assert!(found.iter().any(|w| w == end), "{end} not found: {found:?}");
         }
     }
 
@@ -448,4 +709,10 @@ pub struct Configuration {
     pub quarantine_until: Option<SystemTime>,
     /// The least epoch a grant gets now: the timeline band or the min epoch, whichever is higher.
     pub min_epoch: i64,
+    /// Whether grants are recorded in the history ([`history`](crate::history)); on by default,
+    /// turned off and on with [`configure_history`](crate::configure_history).
+    pub history: bool,
+    /// How long [`purge`](crate::purge) keeps the history of a grant after it ended (30 days by
+    /// default).
+    pub history_retention: Duration,
 }

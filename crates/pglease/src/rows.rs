@@ -10,8 +10,8 @@ use tokio_postgres::types::FromSql;
 
 use crate::error::{Error, Result};
 use crate::results::{
-    Configuration, Grant, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter,
-    Status, Waiter, Watched,
+    Configuration, EndedBy, Grant, HistoryEntry, LeaseState, ListedLease, Renewal, SlotGrant,
+    SlotState, SlotWaiter, Status, Transfer, Waiter, Watched,
 };
 
 /// A grant together with the time left on it, measured on the server clock after the call.
@@ -303,24 +303,80 @@ pub(crate) fn timed_key_renewal(row: &Row, call: &str) -> Result<TimedKeyRenewal
     Ok((key, Some(timed_renewal_at(row, 1, call)?)))
 }
 
-/// `(max_ttl µs, failover_quarantine µs, timeline, quarantine_until, min_epoch)`: a
-/// [`Configuration`].
+/// `(max_ttl µs, failover_quarantine µs, timeline, quarantine_until, min_epoch, history,
+/// history_retention µs)`: a [`Configuration`].
 pub(crate) fn configuration(row: &Row, call: &str) -> Result<Configuration> {
     let max_ttl: Option<i64> = get(row, 0, call)?;
     let failover_quarantine: Option<i64> = get(row, 1, call)?;
     let timeline: Option<i64> = get(row, 2, call)?;
     let quarantine_until: Option<SystemTime> = get(row, 3, call)?;
     let min_epoch: Option<i64> = get(row, 4, call)?;
-    match (timeline, min_epoch) {
-        (Some(timeline), Some(min_epoch)) => Ok(Configuration {
+    let history: Option<bool> = get(row, 5, call)?;
+    let history_retention: Option<i64> = get(row, 6, call)?;
+    match (timeline, min_epoch, history, history_retention) {
+        (Some(timeline), Some(min_epoch), Some(history), Some(retention)) => Ok(Configuration {
             max_ttl: max_ttl.map(micros),
             failover_quarantine: failover_quarantine.map(micros),
             timeline,
             quarantine_until,
             min_epoch,
+            history,
+            history_retention: micros(retention),
         }),
         other => Err(Error::protocol(format!(
-            "{call} returned (timeline, min_epoch) = {other:?}"
+            "{call} returned (timeline, min_epoch, history, history_retention) = {other:?}"
+        ))),
+    }
+}
+
+/// `(status, epoch, expires_at)` of transfer: a [`Transfer`], with the successor's grant exactly
+/// when `ok`.
+pub(crate) fn transfer(row: &Row, call: &str) -> Result<Transfer> {
+    let status = status(row, call)?;
+    let epoch: Option<i64> = get(row, 1, call)?;
+    let expires_at: Option<SystemTime> = get(row, 2, call)?;
+    let grant = match (status.is_ok(), epoch, expires_at) {
+        (true, Some(epoch), Some(expires_at)) => Some(Grant { epoch, expires_at }),
+        (false, None, None) => None,
+        (_, epoch, expires_at) => {
+            return Err(Error::protocol(format!(
+                "{call} returned status {status} with (epoch, expires_at) = \
+                 ({epoch:?}, {expires_at:?})"
+            )));
+        }
+    };
+    Ok(Transfer { status, grant })
+}
+
+/// `(epoch, owner, holder_role, granted_at, expires_at, ended_at, ended_by, data)` of history: a
+/// [`HistoryEntry`]. A grant still held (no `ended_by`) has an expiry and no end.
+pub(crate) fn history_entry(row: &Row, call: &str) -> Result<HistoryEntry> {
+    let epoch: Option<i64> = get(row, 0, call)?;
+    let owner: Option<String> = get(row, 1, call)?;
+    let holder_role: Option<String> = get(row, 2, call)?;
+    let granted_at: Option<SystemTime> = get(row, 3, call)?;
+    let expires_at: Option<SystemTime> = get(row, 4, call)?;
+    let ended_at: Option<SystemTime> = get(row, 5, call)?;
+    let ended_by: Option<&str> = get(row, 6, call)?;
+    let data: Option<String> = get(row, 7, call)?;
+    match (epoch, owner) {
+        (Some(epoch), Some(owner))
+            if ended_by.is_some() || (ended_at.is_none() && expires_at.is_some()) =>
+        {
+            Ok(HistoryEntry {
+                epoch,
+                owner,
+                holder_role,
+                granted_at,
+                expires_at,
+                ended_at,
+                ended_by: ended_by.map(EndedBy::parse),
+                data,
+            })
+        }
+        (epoch, owner) => Err(Error::protocol(format!(
+            "{call} returned (epoch, owner, expires_at, ended_at, ended_by) = \
+             ({epoch:?}, {owner:?}, {expires_at:?}, {ended_at:?}, {ended_by:?})"
         ))),
     }
 }

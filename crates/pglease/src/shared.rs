@@ -238,4 +238,11 @@ impl Shared {
 pub(crate) enum Command {
     /// Stop renewing, release the lease, and report the outcome.
     Release(oneshot::Sender<Result<()>>),
+    /// Stop renewing, hand the lease to `to_owner` for `ttl` (`lease.transfer`), and report the
+    /// outcome.
+    Transfer {
+        to_owner: String,
+        ttl: std::time::Duration,
+        reply: oneshot::Sender<Result<crate::results::Handover>>,
+    },
 }

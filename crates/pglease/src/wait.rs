@@ -108,6 +108,9 @@ impl Waits {
     {
         let key = target.name();
         let mut failures = 0u32;
+        // The epoch of a grant to this client's own owner that a wait found (a transfer to it):
+        // tried at once, once per grant.
+        let mut own_grant: Option<i64> = None;
         loop {
             self.conns.check_open()?;
             let result = match attempt().await {
@@ -117,7 +120,7 @@ impl Waits {
                         return Err(self.ran_out(what, key));
                     }
                     match target {
-                        Target::Key(key) => self.wait_for_turn(key, deadline).await,
+                        Target::Key(key) => self.wait_for_turn(key, deadline, &mut own_grant).await,
                         Target::Semaphore { name, max_holders } => {
                             self.wait_for_slot(name, *max_holders, deadline).await
                         }
@@ -152,8 +155,17 @@ impl Waits {
     }
 
     /// Waits (without a pooled connection) until `key` may be free: released, lapsed, or the
-    /// deadline. Returns at once if the key is not held.
-    pub(crate) async fn wait_for_turn(&self, key: &str, deadline: Deadline) -> Result<()> {
+    /// deadline. Returns at once if the key is not held, or if it is held by this client's own
+    /// owner at an epoch not seen before (`own_grant`): the holder transferred it to us between
+    /// the refused attempt and the registration, so the next attempt's acquire returns it. (The
+    /// same grant seen again is another role's, which the acquire refuses: then wait as for any
+    /// holder.)
+    pub(crate) async fn wait_for_turn(
+        &self,
+        key: &str,
+        deadline: Deadline,
+        own_grant: &mut Option<i64>,
+    ) -> Result<()> {
         let span = tracing::debug_span!(
             target: trace::WAIT,
             "wait",
@@ -171,6 +183,17 @@ impl Waits {
                 );
                 return Ok(());
             };
+            if waiter.owner.as_deref() == Some(self.owner.as_str()) && *own_grant != waiter.epoch {
+                *own_grant = waiter.epoch;
+                tracing::debug!(
+                    target: trace::WAIT,
+                    key,
+                    owner = self.owner.as_str(),
+                    holder_epoch = waiter.epoch,
+                    "key held by this owner (handed over to it): trying again"
+                );
+                return Ok(());
+            }
             tracing::debug!(
                 target: trace::WAIT,
                 key,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ConnArgs, OutputArgs, parse_ttl};
+use super::{ConnArgs, OutputArgs, parse_history_retention, parse_ttl};
 
 /// Options of `pglease configure`.
 #[derive(Debug, Args)]
@@ -26,6 +26,14 @@ pub struct ConfigureArgs {
     /// Turn the failover quarantine off.
     #[arg(long)]
     pub no_failover_quarantine: bool,
+    /// Record every grant in the history (`on`, the default) or not (`off`: grants already
+    /// recorded are kept; `pglease history` shows those that ended meanwhile as unrecorded).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub history: Option<bool>,
+    /// How long `pglease purge` keeps the history of a grant after it ended, e.g. 7d (1s to 3650
+    /// days; 30 days by default).
+    #[arg(long, value_name = "DURATION", value_parser = parse_history_retention)]
+    pub history_retention: Option<Duration>,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -33,12 +41,26 @@ pub struct ConfigureArgs {
 }
 
 impl ConfigureArgs {
-    /// Whether any setting is to change (otherwise the command only shows them).
+    /// Whether the ttl cap or the quarantine is to change.
     pub fn changes(&self) -> bool {
         self.max_ttl.is_some()
             || self.no_max_ttl
             || self.failover_quarantine.is_some()
             || self.no_failover_quarantine
+    }
+
+    /// Whether the history's settings are to change.
+    pub fn history_changes(&self) -> bool {
+        self.history.is_some() || self.history_retention.is_some()
+    }
+}
+
+/// Parses `on` or `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("expected on or off".into()),
     }
 }
 

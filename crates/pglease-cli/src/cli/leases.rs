@@ -1,12 +1,16 @@
 //! The command line of the commands that operate leases by hand: `acquire`, `renew`, `release`,
-//! `force-release`, `inspect`, `list`, `purge`, and `leader` (who holds an election's key).
+//! `transfer`, `force-release`, `inspect`, `history`, `list`, `purge`, and `leader` (who holds an
+//! election's key).
 
 use std::time::Duration;
 
 use clap::Args;
 
+use pglease::limits::MAX_HISTORY_ROWS;
+
 use super::{
-    ConnArgs, EpochArg, KeyArg, OutputArgs, TtlArg, WaitArg, parse_name, parse_prefix, parse_wait,
+    ConnArgs, EpochArg, KeyArg, OutputArgs, Since, TtlArg, WaitArg, parse_name, parse_prefix,
+    parse_since, parse_wait,
 };
 
 /// Options of `pglease acquire`.
@@ -65,6 +69,62 @@ pub struct ReleaseArgs {
     pub owner: OwnerArg,
     #[command(flatten)]
     pub epoch: EpochArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease transfer`.
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+    #[command(flatten)]
+    pub epoch: EpochArg,
+
+    /// The successor: the owner string that holds the key after the transfer (1 to 1024 bytes).
+    ///
+    /// It takes the grant over by acquiring the key as exactly this owner (`pglease elect
+    /// --exact-owner`, or a client with this owner) under the same database role or a member of
+    /// it; nobody renews it until then.
+    #[arg(long, value_name = "OWNER", value_parser = parse_name, help_heading = "Lease")]
+    pub to: String,
+
+    #[command(flatten)]
+    pub ttl: TtlArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Options of `pglease history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The key (1 to 1024 bytes): a plain key, a semaphore's slot key NAME#N, an election's name,
+    /// or a queue partition's key lease_queue:QUEUE:P.
+    #[arg(value_name = "KEY", value_parser = parse_name)]
+    pub key: String,
+
+    /// Only grants still current at this time or later: a duration back from now by the server's
+    /// clock (30m, 2h, 7d) or an RFC 3339 time in UTC (2026-12-05T08:00:00Z).
+    #[arg(long, value_name = "DURATION_OR_TIME", value_parser = parse_since,
+          allow_hyphen_values = true, help_heading = "Filter")]
+    pub since: Option<Since>,
+
+    /// Only grants made to this owner.
+    #[arg(long, value_name = "OWNER", value_parser = parse_name, help_heading = "Filter")]
+    pub owner: Option<String>,
+
+    /// At most the latest N grants (1 to 10000), still shown oldest first.
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_HISTORY_ROWS)),
+          help_heading = "Filter")]
+    pub limit: u32,
+
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]

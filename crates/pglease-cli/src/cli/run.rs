@@ -73,6 +73,27 @@ pub struct ElectArgs {
     #[command(flatten)]
     pub data: DataArg,
 
+    /// When this leader steps down gracefully (its command exited, or pglease got SIGTERM or
+    /// SIGINT and the command has exited), hand the leadership to OWNER instead of releasing it.
+    ///
+    /// OWNER is the exact owner string of the successor: a candidate started with `--exact-owner
+    /// OWNER` (under the same database role). The transfer names an owner whether or not anyone
+    /// campaigns as it: a waiting candidate with that owner takes over at once; otherwise the
+    /// grant lapses after --ttl, and then any candidate can win. A leadership that was lost is not
+    /// handed over; a failed handover falls back to releasing.
+    #[arg(long, value_name = "OWNER", value_parser = parse_name, help_heading = "Lease")]
+    pub handover_to: Option<String>,
+
+    /// Campaign as exactly OWNER, without the nonce every run's owner gets (see --owner), so that
+    /// another leader's --handover-to OWNER names this candidate.
+    ///
+    /// Give each candidate its own: two processes campaigning as one exact owner would both be
+    /// the leader (an acquire returns a key's grant to the owner that holds it), and a restarted
+    /// candidate resumes its predecessor's term if that has not lapsed.
+    #[arg(long, value_name = "OWNER", value_parser = parse_name, conflicts_with = "owner",
+          help_heading = "Lease")]
+    pub exact_owner: Option<String>,
+
     #[command(flatten)]
     pub supervision: SupervisionArgs,
 }

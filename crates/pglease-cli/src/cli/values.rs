@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use pglease::limits::{
-    MAX_DATA_BYTES, MAX_INTERVAL, MAX_NAME_BYTES, MAX_SEMAPHORE_BYTES, MIN_NAME_BYTES,
+    MAX_DATA_BYTES, MAX_HISTORY_RETENTION, MAX_INTERVAL, MAX_NAME_BYTES, MAX_SEMAPHORE_BYTES,
+    MIN_NAME_BYTES,
 };
 
 /// The shortest ttl `run` accepts: the keepalive needs `ttl > 2 × (ttl / 1000 + 20ms)` (its
@@ -52,6 +53,22 @@ pub fn parse_run_ttl(s: &str) -> Result<Duration, String> {
         return Err(format!(
             "must be at least {}ms (the keepalive's safety margin needs it)",
             MIN_RUN_TTL.as_millis()
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses `configure --history-retention`: 1 second to 3650 days.
+pub fn parse_history_retention(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s.starts_with('-') {
+        return Err("must not be negative (examples: 7d, 30d)".into());
+    }
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 7d, 30d)"))?;
+    if d < Duration::from_secs(1) || d > MAX_HISTORY_RETENTION {
+        return Err(format!(
+            "must be 1s to {} days",
+            MAX_HISTORY_RETENTION.as_secs() / 86_400
         ));
     }
     Ok(d)
@@ -123,6 +140,31 @@ pub fn parse_run_owner(s: &str) -> Result<String, String> {
         ));
     }
     parse_name(s)
+}
+
+/// Where `history --since` starts: a moment, or a duration before now (by the server's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// This long before now, on the server's clock.
+    Ago(Duration),
+    /// This moment (an RFC 3339 time).
+    At(std::time::SystemTime),
+}
+
+/// Parses `history --since`: a duration back from now (`30m`, `2h`, `7d`; at most 365 days) or an
+/// RFC 3339 time (`2026-12-05T08:00:00Z`, a space for the `T` and no zone, read as UTC, too).
+pub fn parse_since(s: &str) -> Result<Since, String> {
+    let t = s.trim();
+    if let Ok(d) = parse_wait(t) {
+        return Ok(Since::Ago(d));
+    }
+    humantime::parse_rfc3339_weak(t)
+        .map(Since::At)
+        .map_err(|_| {
+            "expected a duration back from now (30m, 2h, 7d; at most 365 days) or an RFC 3339 time \
+             (2026-12-05T08:00:00Z)"
+                .to_string()
+        })
 }
 
 /// Parses a list prefix: at most 1024 bytes.

@@ -8,6 +8,7 @@ mod demo;
 mod exit_codes;
 mod first_contact;
 mod fleet;
+mod handover;
 mod json;
 mod local;
 mod queue;

@@ -1,6 +1,6 @@
 //! Calls on the server-wide state: purging ended leases, an operator's end of a grant
-//! (`force_release`), the settings (`configure`, `configuration`), and the epochs' high-water mark
-//! and floor.
+//! (`force_release`), the settings (`configure`, `configure_history`, `configuration`), and the
+//! epochs' high-water mark and floor.
 
 use std::time::Duration;
 
@@ -20,7 +20,8 @@ const RAISE_MIN_EPOCH: &str = "SELECT lease.raise_min_epoch($1)";
 /// The columns of lease.configuration_result, durations in whole microseconds.
 const CONFIGURATION_COLUMNS: &str = "floor(extract(epoch FROM c.max_ttl) * 1000000)::bigint, \
      floor(extract(epoch FROM c.failover_quarantine) * 1000000)::bigint, \
-     c.timeline, c.quarantine_until, c.min_epoch";
+     c.timeline, c.quarantine_until, c.min_epoch, c.history, \
+     floor(extract(epoch FROM c.history_retention) * 1000000)::bigint";
 
 /// Deletes the state of keys that have been free or lapsed for longer than `older_than`, returning
 /// how many it deleted; held keys are never touched and epochs never go back.
@@ -155,8 +156,63 @@ pub async fn configure<C: GenericClient>(
     Ok(configuration)
 }
 
+/// Turns the recording of grants in the history on or off and sets how long [`purge`] keeps the
+/// history of an ended grant (`lease.configure_history`, pg_lease 0.9.0, docs/SEMANTICS.md §12);
+/// returns the settings as they now apply.
+///
+/// `enabled`: `Some(false)` stops recording new grants (those already recorded are kept, and still
+/// completed where their end is written: forced, transferred, purge); `Some(true)` records again
+/// (on is the default); `None` keeps the current setting. `retention`: from 1 second to 3650 days
+/// ([`MAX_HISTORY_RETENTION`](crate::limits::MAX_HISTORY_RETENTION)), 30 days by default; `None`
+/// keeps it. Applies to every call that starts after this commits. Sent as whole microseconds,
+/// rounded down. By default only the installing role may call it.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): a retention out of [1 s, 3650 days]. Nothing changed.
+/// - SQLSTATE `42501` for a role without the privilege; `42883` if the installed pg_lease
+///   predates 0.9.0; any other server error, [`Error::is_connection`] or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client) -> pglease::Result<()> {
+/// use std::time::Duration;
+///
+/// let week = Duration::from_secs(7 * 86_400);
+/// let c = pglease::configure_history(client, Some(true), Some(week)).await?;
+/// assert!(c.history);
+/// assert_eq!(c.history_retention, week);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn configure_history<C: GenericClient>(
+    client: &C,
+    enabled: Option<bool>,
+    retention: Option<Duration>,
+) -> Result<Configuration> {
+    const CALL: &str = "lease.configure_history";
+    let retention_us = retention.map(micros);
+    let sql = format!(
+        "SELECT {CONFIGURATION_COLUMNS} FROM lease.configure_history($1, \
+         $2::bigint * interval '1 microsecond') AS c"
+    );
+    let rows = client
+        .query_typed(&sql, &[(&enabled, Type::BOOL), (&retention_us, Type::INT8)])
+        .await?;
+    let configuration = rows::configuration(&one_row(rows, CALL)?, CALL)?;
+    tracing::info!(
+        target: trace::CALL,
+        history = configuration.history,
+        history_retention = ?configuration.history_retention,
+        "grant history configured"
+    );
+    Ok(configuration)
+}
+
 /// The installing role's settings as they apply now (`lease.configuration`): the ttl cap, the
-/// failover quarantine and whether one is running, the timeline and the least epoch of a grant.
+/// failover quarantine and whether one is running, the timeline, the least epoch of a grant, and
+/// whether grants are recorded in the history and for how long.
 /// Any role may read them; the call never starts a quarantine.
 ///
 /// # Errors

@@ -1,4 +1,5 @@
-//! Calls on a key's lease: acquire, renew, release, inspect, list, fence, and the batched renewal.
+//! Calls on a key's lease: acquire, renew, release, transfer, inspect, list, fence, and the batched
+//! renewal.
 
 use std::time::{Duration, SystemTime};
 
@@ -7,7 +8,7 @@ use tokio_postgres::types::Type;
 
 use super::{micros, one_row};
 use crate::error::{Error, Result};
-use crate::results::{Grant, KeyRenewal, LeaseState, ListedLease, Renewal, Status};
+use crate::results::{Grant, KeyRenewal, LeaseState, ListedLease, Renewal, Status, Transfer};
 use crate::rows;
 use crate::trace;
 
@@ -16,6 +17,8 @@ const ACQUIRE: &str = "SELECT acquired, epoch, expires_at FROM lease.acquire($1,
 const RENEW: &str = "SELECT status, expires_at FROM lease.renew($1, $2, $3, \
      $4::bigint * interval '1 microsecond')";
 pub(crate) const RELEASE: &str = "SELECT status FROM lease.release($1, $2, $3)";
+pub(crate) const TRANSFER: &str = "SELECT status, epoch, expires_at FROM lease.transfer($1, $2, $3, \
+     $4, $5::bigint * interval '1 microsecond')";
 const INSPECT: &str = "SELECT held, owner, epoch, expires_at, data FROM lease.inspect($1)";
 const LIST: &str = "SELECT key, held, owner, epoch, expires_at, data FROM lease.list($1)";
 const FENCE: &str = "SELECT lease.fence($1, $2, $3)";
@@ -211,6 +214,89 @@ pub async fn release<C: GenericClient>(
         );
     }
     Ok(status)
+}
+
+/// Hands `key`, held by `owner` at `epoch`, to `to_owner` in one step (`lease.transfer`, pg_lease
+/// 0.9.0): `to_owner` holds it at the next epoch until server time + `ttl`, granted to this
+/// session's login role, without data, and `epoch` is fenced from that instant. The key is never
+/// free in between.
+///
+/// Otherwise changes nothing and reports why, in renew's precedence ([`Status`]). The successor
+/// takes the grant over by acquiring the key as `to_owner` (an acquire by the holder returns its
+/// grant), under the same login role or a member of it; a successor that campaigns or waits with
+/// a registered waiter is woken by the transfer (`pg_lease_released`). Until then nobody renews
+/// it: it lapses at its expiry. Recorded in the history as `transferred`. `ttl` is sent as whole
+/// microseconds, rounded down; it is within the ttl cap like a renewal's.
+///
+/// # Errors
+///
+/// - [`Error::is_invalid_input`] (`22023`): a bad key, owner or `to_owner` (as for [`acquire`]),
+///   `ttl` not in (0, 365 days] or above the cap. Nothing changed.
+/// - [`Error::is_other_role`] (`42501`): the grant was made by a role this session's login role is
+///   neither nor a member of. Nothing changed.
+/// - any other server error (`42883` if the installed pg_lease predates 0.9.0),
+///   [`Error::is_connection`] (outcome unknown: [`inspect`] tells) or [`Error::is_protocol`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: &tokio_postgres::Client, grant: pglease::Grant) -> pglease::Result<()> {
+/// use std::time::Duration;
+///
+/// let ttl = Duration::from_secs(10);
+/// let t = pglease::transfer(client, "scheduler", "node-1", grant.epoch, "node-2", ttl).await?;
+/// match t.grant {
+///     Some(successor) => assert!(successor.epoch > grant.epoch),
+///     None => eprintln!("not ours to hand over: {}", t.status),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn transfer<C: GenericClient>(
+    client: &C,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+    to_owner: &str,
+    ttl: Duration,
+) -> Result<Transfer> {
+    const CALL: &str = "lease.transfer";
+    let ttl_us = micros(ttl);
+    let rows = client
+        .query_typed(
+            TRANSFER,
+            &[
+                (&key, Type::TEXT),
+                (&owner, Type::TEXT),
+                (&epoch, Type::INT8),
+                (&to_owner, Type::TEXT),
+                (&ttl_us, Type::INT8),
+            ],
+        )
+        .await?;
+    let transfer = rows::transfer(&one_row(rows, CALL)?, CALL)?;
+    match transfer.grant {
+        Some(grant) => tracing::info!(
+            target: trace::CALL,
+            key,
+            owner,
+            epoch,
+            to_owner,
+            to_epoch = grant.epoch,
+            ttl = ?ttl,
+            "lease transferred"
+        ),
+        None => tracing::debug!(
+            target: trace::CALL,
+            key,
+            owner,
+            epoch,
+            to_owner,
+            status = transfer.status.as_str(),
+            "lease transfer refused"
+        ),
+    }
+    Ok(transfer)
 }
 
 /// The state of `key` as of now by the server clock; `None` if the key was never leased (or was

@@ -1,6 +1,7 @@
 //! Typed calls of pg_lease's SQL API: one async function per SQL function, one statement each:
-//! the calls on a key's lease (`keys.rs`), on semaphores (`semaphores.rs`), for waiting without
-//! polling (`waiting.rs`), and on the server-wide state (`admin.rs`).
+//! the calls on a key's lease (`keys.rs`), its history (`history.rs`), on semaphores
+//! (`semaphores.rs`), for waiting without polling (`waiting.rs`), and on the server-wide state
+//! (`admin.rs`).
 //!
 //! The values they return are in `results.rs`, the decoders of their rows in `rows.rs`, and the
 //! client's own variants on pooled connections (prepared statements, time left) in `pooled.rs`.
@@ -18,8 +19,9 @@
 //!
 //! # Observability
 //!
-//! [`acquire`], [`renew`], [`release`], [`purge`] and [`raise_min_epoch`] log the server's answer
-//! on target `pglease::call`: a grant, an `ok` release, a purge and a raised minimum at `info`,
+//! [`acquire`], [`renew`], [`release`], [`transfer`], [`purge`], [`configure_history`] and
+//! [`raise_min_epoch`] log the server's answer on target `pglease::call`: a grant, an `ok`
+//! release, an `ok` transfer, a purge, the history's settings and a raised minimum at `info`,
 //! everything else at `debug`. Inside a
 //! transaction the event says what the server answered; it takes effect only if the transaction
 //! commits.
@@ -58,13 +60,17 @@ pub(crate) fn micros(d: Duration) -> i64 {
 }
 
 mod admin;
+mod history;
 mod keys;
 mod semaphores;
 mod waiting;
 
-pub use admin::{configuration, configure, force_release, high_water, purge, raise_min_epoch};
+pub use admin::{
+    configuration, configure, configure_history, force_release, high_water, purge, raise_min_epoch,
+};
+pub use history::{HistoryQuery, history};
 pub(crate) use keys::{RELEASE, RENEW_MANY};
-pub use keys::{acquire, fence, inspect, list, release, renew, renew_many};
+pub use keys::{acquire, fence, inspect, list, release, renew, renew_many, transfer};
 pub(crate) use semaphores::ACQUIRE_SLOT;
 pub use semaphores::{acquire_slot, list_slots, register_slot_waiter, slot_key};
 pub use waiting::{register_waiter, watch};

@@ -8,6 +8,7 @@ mod data;
 mod election;
 mod example;
 mod fence;
+mod handover;
 mod keepalive;
 mod loss;
 mod observability;
