@@ -2,7 +2,8 @@
 # extension files of this tree (pg_lease, pg_lease_queue), a cluster initialised there, and its
 # postmaster started under `valgrind --tool=cachegrind` as nobody, each forked backend writing its
 # own count file into $O. Sets R, D, S, O and P (psql as the superuser), stops the server at exit,
-# and defines `instructions` (the backends' instructions since `touch $WORK/mark`).
+# and defines `instructions` (the backends' instructions since `touch $WORK/mark`). With PLAIN=1
+# the postmaster runs without valgrind (history.sh: sizes and times, no instruction counts).
 EXTS=$HERE/../../extensions
 share=$("$PG_BIN/pg_config" --sharedir)
 pkglib=$("$PG_BIN/pg_config" --pkglibdir)
@@ -18,8 +19,12 @@ done
 chmod -R a+rX "$WORK"; chown nobody "$D" "$S" "$O"
 su nobody -s /bin/bash -c "'$R$PG_BIN/initdb' -D '$D' -A trust -U postgres >/dev/null"
 printf "listen_addresses = ''\nunix_socket_directories = '%s'\nmax_connections = 60\n" "$S" >> "$D/postgresql.conf"
-su nobody -s /bin/bash -c "cd /; valgrind --tool=cachegrind --cache-sim=no \
-    --cachegrind-out-file='$O/cg.%p' '$R$PG_BIN/postgres' -D '$D' > '$O/server.log' 2>&1 &"
+if [ "${PLAIN:-0}" = 1 ]; then
+    su nobody -s /bin/bash -c "cd /; '$R$PG_BIN/postgres' -D '$D' > '$O/server.log' 2>&1 &"
+else
+    su nobody -s /bin/bash -c "cd /; valgrind --tool=cachegrind --cache-sim=no \
+        --cachegrind-out-file='$O/cg.%p' '$R$PG_BIN/postgres' -D '$D' > '$O/server.log' 2>&1 &"
+fi
 trap 'su nobody -s /bin/bash -c "$PG_BIN/pg_ctl -D $D stop -m fast" >/dev/null || true' EXIT
 until "$PG_BIN/pg_isready" -q -h "$S"; do sleep 1; done
 P="$PG_BIN/psql -h $S -U postgres -v ON_ERROR_STOP=1 -q"
