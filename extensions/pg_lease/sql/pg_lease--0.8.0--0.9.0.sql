@@ -9,7 +9,8 @@
 --          records the end of a purged key's last grant.
 -- The history starts with the grants HELD at the upgrade (granted_at NULL: made before it began).
 -- Signatures and privileges of existing functions are unchanged; lease._raise_invalid_input's hint
--- names the new limits.
+-- names the new limits; acquire, renew, renew_many and acquire_slot read the WAL timeline and the ttl
+-- cap inline instead of through SQL helpers (re-planned on every call).
 
 \echo Use "ALTER EXTENSION pg_lease UPDATE TO '0.9.0'" to load this file. \quit
 
@@ -146,7 +147,10 @@ BEGIN
         -- The timeline, the least epoch of a grant on it, and the installing role's settings. The
         -- band of timeline t is (t - 1) * 2^40; a min epoch set on timeline t0 rises by 2^40 on
         -- every later timeline, so that it stays above what the old timeline granted (§8.5).
-        v_timeline := lease._timeline();
+        -- (lease._timeline()'s expression, written out: a SQL function is parsed and planned anew
+        -- on every call, where an expression of this function keeps its plan for the session.)
+        v_timeline := ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(
+                                  pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::bigint;
         SELECT GREATEST((v_timeline - 1) * 1099511627776,
                         s.min_epoch + GREATEST(v_timeline - s.min_epoch_timeline, 0) * 1099511627776),
                s.max_ttl, s.failover_quarantine, s.history IS NOT DISTINCT FROM false
@@ -792,6 +796,366 @@ $$;
 
 REVOKE ALL ON FUNCTION lease.configure_history(boolean, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.configure_history(boolean, interval) TO @extowner@ WITH GRANT OPTION;
+
+-- Their settings reads written out (a SQL helper is parsed and planned anew on every call).
+CREATE OR REPLACE FUNCTION lease.renew(
+    key text, owner text, epoch bigint, ttl interval, data text DEFAULT NULL)
+RETURNS lease.renew_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r lease.renew_result;        -- the result
+    v_done boolean;              -- renewed without waiting, and the lease was HELD: nothing left to do
+    v_locked_at timestamptz;     -- (about) when the statement held the row
+    v_prior timestamptz;         -- the expiry the statement replaced
+    v_watched boolean;
+    v_member boolean;            -- the session's role is a member of the grant's role (known after a refusal)
+BEGIN
+    -- The ttl and the data are checked first (ttl in (0, 365 days], as in acquire, and within the
+    -- installing role's cap when one is set): the UPDATE below writes them. The cap is read only when
+    -- lease.settings is not empty on disk (see acquire). The other arguments need no check before
+    -- the UPDATE (an invalid key, owner or epoch matches no row); they are checked before any refusal.
+    IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+        AND pg_catalog.octet_length(COALESCE(renew.data, '')) <= 8192
+        AND pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0) IS NOT TRUE
+    THEN
+        -- Invalid input, or settings to read. (The cap is read in a statement of its own: a function
+        -- named in the expression above would be set up in every transaction, called or not.)
+        IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+            AND pg_catalog.octet_length(COALESCE(renew.data, '')) <= 8192
+            -- (lease._ttl_cap_seconds() written out, as v_timeline in acquire)
+            AND EXTRACT(epoch FROM renew.ttl)
+                <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl)
+                             FROM lease.settings AS s), 31536000)) IS NOT TRUE
+        THEN
+            PERFORM lease._raise_invalid_input('lease.renew',
+                lease._text_violations('key', renew.key, false, false)
+                || lease._text_violations('owner', renew.owner, false, false)
+                || CASE WHEN renew.epoch IS NULL THEN ARRAY['epoch must not be NULL'] ELSE '{}' END
+                || lease._interval_violations('ttl', renew.ttl, true)
+                || lease._max_ttl_violations(renew.ttl, (SELECT s.max_ttl FROM lease.settings AS s))
+                || lease._data_violations(renew.data));
+        END IF;
+    END IF;
+
+    LOOP
+        -- The clock is read inline, as in acquire. v_done: the lease was still HELD when the statement
+        -- held the row, and the new expiry was computed no more than 1 ms before that.
+        UPDATE lease.leases AS l
+           SET expires_at = pg_catalog.clock_timestamp()
+                            + pg_catalog.date_part('epoch', renew.ttl) * interval '1 second',
+               prior_expires_at = l.expires_at
+         WHERE l.key = renew.key
+           AND l.owner = renew.owner
+           AND l.epoch = renew.epoch
+           AND l.expires_at > pg_catalog.clock_timestamp()
+           -- The grant's own role, a grant from before roles, or (found below) a role we are a member of.
+           AND (l.holder_role = SESSION_USER OR l.holder_role IS NULL OR v_member)
+        RETURNING 'ok', l.expires_at, l.prior_expires_at,
+                  l.prior_expires_at > pg_catalog.clock_timestamp()
+                  AND l.expires_at - pg_catalog.date_part('epoch', renew.ttl) * interval '1 second'
+                      >= pg_catalog.clock_timestamp() - interval '1 millisecond'
+             INTO r.status, r.expires_at, v_prior, v_done;
+        IF v_done AND renew.data IS NULL THEN
+            RETURN r;                        -- renewed (the common case)
+        END IF;
+        IF FOUND THEN
+            IF NOT v_done THEN
+                v_locked_at := pg_catalog.clock_timestamp();
+                IF v_prior <= v_locked_at THEN
+                    -- The lease lapsed while we waited for the row lock: undo, report it.
+                    UPDATE lease.leases AS l SET expires_at = v_prior WHERE l.key = renew.key;
+                    r.status := 'lapsed';
+                    r.expires_at := NULL;
+                    RETURN r;
+                END IF;
+                -- We waited, and the lease was still ours: count the ttl from the end of the wait.
+                UPDATE lease.leases AS l
+                   SET expires_at = v_locked_at
+                                    + pg_catalog.date_part('epoch', renew.ttl) * interval '1 second'
+                 WHERE l.key = renew.key
+                RETURNING l.expires_at INTO r.expires_at;
+            END IF;
+            IF renew.data IS NOT NULL THEN
+                -- Renewed, with new data (we hold the row: no wait).
+                UPDATE lease.leases AS l
+                   SET data = renew.data
+                 WHERE l.key = renew.key
+                RETURNING l.watched_until > pg_catalog.clock_timestamp() INTO v_watched;
+                IF v_watched THEN
+                    PERFORM pg_catalog.pg_notify('pg_lease_changed', renew.key);
+                END IF;
+            END IF;
+            RETURN r;
+        END IF;
+        -- Nothing renewed: invalid input first (22023), then the refusal in its precedence.
+        PERFORM lease._check_grant_args('lease.renew', renew.key, renew.owner, renew.epoch, renew.ttl);
+        r.status := lease._refusal('lease.renew', renew.key, renew.owner, renew.epoch);
+        IF r.status <> 'ok' THEN
+            r.expires_at := NULL;
+            RETURN r;
+        END IF;
+        -- The grant is current and the session may act for its role (a member of it), or the row
+        -- changed between the UPDATE and the read (a concurrent commit): judge it again.
+        v_member := true;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease.renew_many(owner text, keys text[], epochs bigint[], ttl interval)
+RETURNS TABLE (key text, status text, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan        -- plans for the arrays at hand: their length decides the join
+AS $$
+DECLARE
+    v_n integer := pg_catalog.cardinality(renew_many.keys);
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    v_rows bigint;
+    v_key text;
+    v_epoch bigint;
+    v_locked boolean;
+    r lease.renew_result;
+BEGIN
+    -- What the statement below relies on: a ttl in (0, 365 days] and within the installing role's
+    -- cap (it writes it) and two one-dimensional arrays of the same length (it pairs them up). The
+    -- owner and each pair need no check before it (invalid ones match no row; they send the call down
+    -- the careful path, which checks everything first).
+    IF (EXTRACT(epoch FROM renew_many.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+        AND pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0      -- see acquire
+        AND v_n <= 100000
+        AND v_n = pg_catalog.cardinality(renew_many.epochs)
+        AND COALESCE(pg_catalog.array_ndims(renew_many.keys), 1) = 1
+        AND COALESCE(pg_catalog.array_ndims(renew_many.epochs), 1) = 1) IS NOT TRUE
+    THEN
+        -- Invalid input (the careful check raises 22023), or settings to read: the cap.
+        IF (EXTRACT(epoch FROM renew_many.ttl) <@ '(0,31536000]'::pg_catalog.numrange
+            AND EXTRACT(epoch FROM renew_many.ttl)
+                <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl)
+                             FROM lease.settings AS s), 31536000)     -- (as in renew)
+            AND v_n <= 100000
+            AND v_n = pg_catalog.cardinality(renew_many.epochs)
+            AND COALESCE(pg_catalog.array_ndims(renew_many.keys), 1) = 1
+            AND COALESCE(pg_catalog.array_ndims(renew_many.epochs), 1) = 1) IS NOT TRUE
+        THEN
+            PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
+                                                 renew_many.ttl);
+        END IF;
+    END IF;
+
+    -- The fast path: one statement renews every pair whose grant is HELD and reports the others'
+    -- refusals. Each row is judged as of the moment the statement holds it: its grant was still HELD
+    -- then (prior_expires_at, the expiry it replaced, is later than the clock read after the update).
+    -- The new expiry is the clock read when the statement reached the row plus ttl: never later than
+    -- ttl after the moment it held the row (earlier by a wait for the row lock, which lasts at most
+    -- lock_timeout = 10 ms here). A row whose lock it would wait for longer, a grant that lapsed
+    -- during such a wait, an invalid pair or a row that changed under the statement abandons the
+    -- statement (LE900, rolled back with its subtransaction) for the careful path. The gate on
+    -- `checked` makes the statement finish all its work, and so raise whatever it raises, before it
+    -- returns its first row.
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout', '10ms', true);
+        RETURN QUERY
+            WITH renewed AS (
+                UPDATE lease.leases AS l
+                   SET expires_at = pg_catalog.clock_timestamp()
+                                    + pg_catalog.date_part('epoch', renew_many.ttl) * interval '1 second',
+                       prior_expires_at = l.expires_at
+                  FROM ROWS FROM (pg_catalog.unnest(renew_many.keys),
+                                  pg_catalog.unnest(renew_many.epochs)) AS p(key, epoch)
+                 WHERE l.key = p.key
+                   AND l.owner = renew_many.owner
+                   AND l.epoch = p.epoch
+                   AND l.expires_at > pg_catalog.clock_timestamp()
+                   AND (l.holder_role = SESSION_USER OR l.holder_role IS NULL)       -- members: below
+                RETURNING l.key, l.expires_at,
+                          CASE WHEN l.prior_expires_at > pg_catalog.clock_timestamp()
+                               THEN true
+                               ELSE lease._renew_many_recheck() END AS judged
+            ), checked AS MATERIALIZED (
+                SELECT q.key,
+                       CASE WHEN q.copies > 1 THEN lease._renew_many_recheck()::text    -- a key twice
+                            ELSE lease._renew_many_refusal(q.key, renew_many.owner, q.epoch) END AS status
+                  FROM (SELECT p.key, p.epoch, pg_catalog.count(*) OVER (PARTITION BY p.key) AS copies
+                          FROM ROWS FROM (pg_catalog.unnest(renew_many.keys),
+                                          pg_catalog.unnest(renew_many.epochs)) AS p(key, epoch)
+                         WHERE (SELECT pg_catalog.count(*) FROM renewed) < v_n
+                           AND NOT EXISTS (SELECT FROM renewed AS n WHERE n.key = p.key)) AS q
+            )
+            SELECT n.key, 'ok'::text, n.expires_at
+              FROM renewed AS n
+             WHERE n.judged AND (SELECT pg_catalog.count(*) FROM checked) >= 0
+            UNION ALL
+            SELECT c.key, c.status, NULL::timestamptz
+              FROM checked AS c;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+        IF v_rows = v_n THEN
+            RETURN;                          -- the common case
+        END IF;
+        -- Fewer rows than pairs: a key appears twice, once renewed. 22023 (the whole call is undone).
+        PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
+                                             renew_many.ttl);
+        RAISE EXCEPTION 'lease.renew_many: % rows for % pairs', v_rows, v_n;   -- unreachable
+    EXCEPTION WHEN SQLSTATE 'LE900' OR lock_not_available THEN
+        NULL;                                -- everything the statement did is undone: go on
+    END;
+
+    -- The careful path: check everything (22023 before any change), then judge one pair at a time,
+    -- taking each row's lock without waiting; lease.renew then judges it under that lock.
+    PERFORM lease._check_renew_many_args(renew_many.owner, renew_many.keys, renew_many.epochs,
+                                         renew_many.ttl);
+    FOR i IN 1 .. COALESCE(v_n, 0) LOOP
+        v_key := renew_many.keys[i];
+        v_epoch := renew_many.epochs[i];
+        SELECT true INTO v_locked
+          FROM lease.leases AS l
+         WHERE l.key = v_key
+           FOR NO KEY UPDATE SKIP LOCKED;
+        renew_many.key := v_key;
+        IF v_locked THEN
+            SELECT n.status, n.expires_at INTO r.status, r.expires_at
+              FROM lease.renew(v_key, renew_many.owner, v_epoch, renew_many.ttl) AS n;
+            renew_many.status := r.status;
+            renew_many.expires_at := r.expires_at;
+        ELSIF EXISTS (SELECT FROM lease.leases AS l WHERE l.key = v_key) THEN
+            renew_many.status := 'busy';     -- locked by another transaction: not judged
+            renew_many.expires_at := NULL;
+        ELSE
+            renew_many.status := 'not_owner';
+            renew_many.expires_at := NULL;
+        END IF;
+        v_locked := NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease.acquire_slot(
+    semaphore text, owner text, ttl interval, max_holders integer,
+    wait interval DEFAULT interval '0', data text DEFAULT NULL)
+RETURNS lease.slot_result
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r lease.slot_result;
+    v_prefix text := acquire_slot.semaphore || '#';
+    v_len integer := pg_catalog.length(acquire_slot.semaphore) + 1;     -- characters, for substr
+    v_held integer;
+    v_mine integer;
+    v_taken integer[];
+    v_slot integer;
+    v_next timestamptz;
+    v_now timestamptz;
+    v_deadline timestamptz;
+BEGIN
+    IF (acquire_slot.semaphore <> '' AND pg_catalog.octet_length(acquire_slot.semaphore) <= 1018
+        AND acquire_slot.owner <> '' AND pg_catalog.octet_length(acquire_slot.owner) <= 1024
+        AND pg_catalog.date_part('epoch', acquire_slot.ttl) > 0
+        AND pg_catalog.date_part('epoch', acquire_slot.ttl) <= 31536000
+        AND acquire_slot.max_holders >= 1 AND acquire_slot.max_holders <= 10000
+        AND pg_catalog.date_part('epoch', acquire_slot.wait) >= 0
+        AND pg_catalog.date_part('epoch', acquire_slot.wait) <= 31536000
+        AND pg_catalog.octet_length(COALESCE(acquire_slot.data, '')) <= 8192
+        AND (pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0     -- see acquire
+             OR pg_catalog.date_part('epoch', acquire_slot.ttl)
+                <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl)
+                             FROM lease.settings AS s), 31536000))) IS NOT TRUE     -- (as in renew)
+    THEN
+        PERFORM lease._raise_invalid_input('lease.acquire_slot',
+            lease._semaphore_violations(acquire_slot.semaphore)
+            || lease._text_violations('owner', acquire_slot.owner, false, false)
+            || lease._interval_violations('ttl', acquire_slot.ttl, true)
+            || lease._max_ttl_violations(acquire_slot.ttl, (SELECT s.max_ttl FROM lease.settings AS s))
+            || lease._slot_count_violations('max_holders', acquire_slot.max_holders)
+            || lease._interval_violations('wait', acquire_slot.wait, false)
+            || lease._data_violations(acquire_slot.data));
+    END IF;
+
+    IF pg_catalog.date_part('epoch', acquire_slot.wait) > 0 THEN
+        -- Blocking, as acquire: each attempt in a subtransaction, rolled back when refused.
+        v_deadline := pg_catalog.clock_timestamp()
+                      + pg_catalog.date_part('epoch', acquire_slot.wait) * interval '1 second';
+        LOOP
+            BEGIN
+                r := lease.acquire_slot(acquire_slot.semaphore, acquire_slot.owner, acquire_slot.ttl,
+                                        acquire_slot.max_holders, interval '0', acquire_slot.data);
+                IF r.acquired THEN
+                    RETURN r;
+                END IF;
+                RAISE no_data_found;
+            EXCEPTION
+                WHEN no_data_found THEN
+                    NULL;
+                WHEN SQLSTATE 'LE004' THEN
+                    -- A free slot, but this server is in a failover quarantine.
+                    PERFORM lease._pause_in_quarantine('lease.acquire_slot', acquire_slot.semaphore,
+                                                       v_deadline);
+                    CONTINUE;
+            END;
+            SELECT pg_catalog.count(*), pg_catalog.min(l.expires_at) INTO v_held, v_next
+              FROM lease.leases AS l
+             WHERE l.key >= v_prefix AND l.key < acquire_slot.semaphore || '$'
+               AND pg_catalog.substr(l.key, v_len + 1) ~ '^[1-9][0-9]{0,4}$'
+               AND l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp();
+            v_now := pg_catalog.clock_timestamp();
+            CONTINUE WHEN v_held < acquire_slot.max_holders;     -- a slot freed since the attempt
+            IF v_now >= v_deadline THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = '57014',
+                    MESSAGE = 'lease.acquire_slot: wait bound exceeded for semaphore '
+                              || pg_catalog.quote_literal(acquire_slot.semaphore),
+                    DETAIL  = v_held || ' holders; the first grant lapses at ' || v_next || '.',
+                    HINT    = 'Retry later, or wait longer.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', LEAST(interval '50 milliseconds',
+                COALESCE(v_next - v_now, interval '0'), v_deadline - v_now)));
+        END LOOP;
+    END IF;
+
+    -- The semaphore's slots now: how many are held, the owner's, and which are taken. A plain read.
+    SELECT pg_catalog.count(*) FILTER (WHERE s.held),
+           pg_catalog.min(s.slot) FILTER (WHERE s.held AND s.owner = acquire_slot.owner),
+           pg_catalog.array_agg(s.slot) FILTER (WHERE s.held)
+      INTO v_held, v_mine, v_taken
+      FROM (SELECT pg_catalog.substr(l.key, v_len + 1)::integer AS slot, l.owner,
+                   l.owner IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp() AS held
+              FROM lease.leases AS l
+             WHERE l.key >= v_prefix AND l.key < acquire_slot.semaphore || '$'
+               AND pg_catalog.substr(l.key, v_len + 1) ~ '^[1-9][0-9]{0,4}$') AS s;
+
+    IF v_mine IS NOT NULL THEN
+        -- Ours already: the idempotent path of acquire (or a new grant, if it lapsed just now).
+        r.slot := v_mine;
+        r.key := v_prefix || v_mine;
+        SELECT a.acquired, a.epoch, a.expires_at INTO r.acquired, r.epoch, r.expires_at
+          FROM lease.acquire(r.key, acquire_slot.owner, acquire_slot.ttl, interval '0', acquire_slot.data) AS a;
+        IF r.acquired THEN
+            RETURN r;
+        END IF;
+    ELSIF v_held < acquire_slot.max_holders THEN
+        FOR v_slot IN
+            SELECT g.g FROM pg_catalog.generate_series(1, acquire_slot.max_holders) AS g(g)
+             WHERE g.g <> ALL (COALESCE(v_taken, '{}'::integer[]))
+             ORDER BY g.g
+        LOOP
+            r.slot := v_slot;
+            r.key := v_prefix || v_slot;
+            SELECT a.acquired, a.epoch, a.expires_at INTO r.acquired, r.epoch, r.expires_at
+              FROM lease.acquire(r.key, acquire_slot.owner, acquire_slot.ttl, interval '0', acquire_slot.data) AS a;
+            IF r.acquired THEN
+                RETURN r;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN (false, NULL, NULL, NULL, NULL)::lease.slot_result;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION lease.version()
 RETURNS text

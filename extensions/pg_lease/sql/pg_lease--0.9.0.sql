@@ -626,7 +626,10 @@ BEGIN
         -- The timeline, the least epoch of a grant on it, and the installing role's settings. The
         -- band of timeline t is (t - 1) * 2^40; a min epoch set on timeline t0 rises by 2^40 on
         -- every later timeline, so that it stays above what the old timeline granted (§8.5).
-        v_timeline := lease._timeline();
+        -- (lease._timeline()'s expression, written out: a SQL function is parsed and planned anew
+        -- on every call, where an expression of this function keeps its plan for the session.)
+        v_timeline := ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(
+                                  pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::bigint;
         SELECT GREATEST((v_timeline - 1) * 1099511627776,
                         s.min_epoch + GREATEST(v_timeline - s.min_epoch_timeline, 0) * 1099511627776),
                s.max_ttl, s.failover_quarantine, s.history IS NOT DISTINCT FROM false
@@ -898,7 +901,10 @@ BEGIN
         -- named in the expression above would be set up in every transaction, called or not.)
         IF (EXTRACT(epoch FROM renew.ttl) <@ '(0,31536000]'::pg_catalog.numrange
             AND pg_catalog.octet_length(COALESCE(renew.data, '')) <= 8192
-            AND EXTRACT(epoch FROM renew.ttl) <= lease._ttl_cap_seconds()) IS NOT TRUE
+            -- (lease._ttl_cap_seconds() written out, as v_timeline in acquire)
+            AND EXTRACT(epoch FROM renew.ttl)
+                <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl)
+                             FROM lease.settings AS s), 31536000)) IS NOT TRUE
         THEN
             PERFORM lease._raise_invalid_input('lease.renew',
                 lease._text_violations('key', renew.key, false, false)
@@ -1073,9 +1079,9 @@ $$;
 -- as release does — the key's counter moves to epoch + 1, a registered waiter and a watcher are
 -- notified, the data is cleared — and returns the epoch it ended; NULL, changing nothing, when the
 -- key is not HELD. The ended holder's next renew or release reports not_owner and its fence raises
--- LE001. Recorded in the history as 'forced'. Written to the server log. Waits for a transition of the key in flight and judges its
--- result. The installing role's (grantable: the admin right of docs/SEMANTICS.md §11).
--- 22023 on invalid input.
+-- LE001. Recorded in the history as 'forced'. Written to the server log. Waits for a transition of
+-- the key in flight and judges its result. The installing role's (grantable: the admin right of
+-- docs/SEMANTICS.md §11). 22023 on invalid input.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease.force_release(key text, OUT epoch bigint)
 RETURNS bigint
@@ -1689,7 +1695,9 @@ BEGIN
     THEN
         -- Invalid input (the careful check raises 22023), or settings to read: the cap.
         IF (EXTRACT(epoch FROM renew_many.ttl) <@ '(0,31536000]'::pg_catalog.numrange
-            AND EXTRACT(epoch FROM renew_many.ttl) <= lease._ttl_cap_seconds()
+            AND EXTRACT(epoch FROM renew_many.ttl)
+                <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl)
+                             FROM lease.settings AS s), 31536000)     -- (as in renew)
             AND v_n <= 100000
             AND v_n = pg_catalog.cardinality(renew_many.epochs)
             AND COALESCE(pg_catalog.array_ndims(renew_many.keys), 1) = 1
@@ -1943,7 +1951,9 @@ BEGIN
         AND pg_catalog.date_part('epoch', acquire_slot.wait) <= 31536000
         AND pg_catalog.octet_length(COALESCE(acquire_slot.data, '')) <= 8192
         AND (pg_catalog.pg_relation_size('lease.settings'::pg_catalog.regclass) = 0     -- see acquire
-             OR pg_catalog.date_part('epoch', acquire_slot.ttl) <= lease._ttl_cap_seconds())) IS NOT TRUE
+             OR pg_catalog.date_part('epoch', acquire_slot.ttl)
+                <= COALESCE((SELECT pg_catalog.date_part('epoch', s.max_ttl)
+                             FROM lease.settings AS s), 31536000))) IS NOT TRUE     -- (as in renew)
     THEN
         PERFORM lease._raise_invalid_input('lease.acquire_slot',
             lease._semaphore_violations(acquire_slot.semaphore)
