@@ -157,7 +157,7 @@ pub async fn configure<C: GenericClient>(
 }
 
 /// Turns the recording of grants in the history on or off and sets how long [`purge`] keeps the
-/// history of an ended grant (`lease.configure_history`, pg_lease 0.9.0, docs/SEMANTICS.md §12);
+/// history of an ended grant (`lease.configure_history`, pg_lease 0.9.0, docs/SEMANTICS.md §15);
 /// returns the settings as they now apply.
 ///
 /// `enabled`: `Some(false)` stops recording new grants (those already recorded are kept, and still

@@ -16,8 +16,9 @@ use crate::rows;
 /// instant (clamped to [0, 3650 days]), or the given duration, or NULL (every grant).
 const HISTORY: &str = "SELECT h.epoch, h.owner, h.holder_role, h.granted_at, h.expires_at, \
      h.ended_at, h.ended_by, h.data FROM lease.history($1, \
-     COALESCE(LEAST(GREATEST(clock_timestamp() - $2::timestamptz, interval '0'), \
-                    interval '3650 days'), \
+     COALESCE(CASE WHEN $2::timestamptz IS NOT NULL \
+                   THEN LEAST(GREATEST(pg_catalog.clock_timestamp() - $2::timestamptz, interval '0'), \
+                              interval '3650 days') END, \
               $3::bigint * interval '1 microsecond'), \
      $4, $5) AS h";
 
@@ -201,7 +202,7 @@ impl HistoryQuery {
 }
 
 /// The grants of `key` recorded in its history, in epoch order, as `query` selects them
-/// (`lease.history`, pg_lease 0.9.0; docs/SEMANTICS.md §12): who held it, from when to when, and
+/// (`lease.history`, pg_lease 0.9.0; docs/SEMANTICS.md §15): who held it, from when to when, and
 /// how each grant ended ([`EndedBy`](crate::EndedBy); `None` for the grant held now).
 ///
 /// Advisory, like [`inspect`](crate::inspect): the current grant is judged as of now by the

@@ -88,6 +88,16 @@ async fn history_shows_each_end_the_client_causes_released_lapsed_transferred_an
         .await
         .unwrap();
     assert_eq!(recent.len(), 4);
+    // An instant is turned into a duration back from the server's clock: an hour ago, every grant.
+    let since_instant = a
+        .history(
+            &k,
+            &HistoryQuery::new().since(std::time::SystemTime::now() - Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    let epochs = |v: &[pglease::HistoryEntry]| v.iter().map(|e| e.epoch).collect::<Vec<_>>();
+    assert_eq!(epochs(&since_instant), epochs(&recent));
     let future = a
         .history(
             &k,
