@@ -304,7 +304,7 @@ async fn invalid_transfer_and_history_arguments_are_22023_naming_each_and_change
             vec!["since", "owner", "max_rows"],
         ),
         (
-            format!("SELECT * FROM lease.history(NULL, NULL, NULL, NULL)"),
+            "SELECT * FROM lease.history(NULL, NULL, NULL, NULL)".to_owned(),
             vec!["key", "max_rows"],
         ),
     ] {
