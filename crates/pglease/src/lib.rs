@@ -106,6 +106,7 @@
 // The calls of the SQL API: the public calls, their result types, the row decoders, and the
 // client's variants on pooled connections.
 mod calls;
+mod history_results;
 mod pooled;
 mod results;
 mod rows;
