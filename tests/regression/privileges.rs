@@ -171,6 +171,7 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
         [
             "acquire",
             "acquire_slot",
+            "browse",
             "configuration",
             "configure",
             "configure_history",
@@ -189,6 +190,7 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
             "renew",
             "renew_many",
             "slot_key",
+            "summary",
             "transfer",
             "watch"
         ]
@@ -198,7 +200,7 @@ async fn every_api_function_is_security_definer_with_a_pinned_search_path() {
         assert!(r.get::<_, bool>(1), "{name} is SECURITY DEFINER");
         let config: Vec<String> = r.get(2);
         let mut expected = vec!["search_path=pg_catalog, pg_temp".to_string()];
-        if name == "renew_many" {
+        if name == "renew_many" || name == "browse" {
             expected.push("plan_cache_mode=force_custom_plan".to_string());
         }
         assert_eq!(config, expected, "{name}");

@@ -96,7 +96,7 @@ Connection: --database-url (or DATABASE_URL) if given; else libpq's PG* variable
 PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE=disable|allow|prefer) if any of PGHOST,
 PGHOSTADDR, PGPORT, PGUSER or PGDATABASE is set; else the embedded local server (see `pglease local`).";
 
-/// `0.1.0 (pg_lease SQL API 0.9.0)`: this binary's version and the SQL API version it speaks (the
+/// `0.1.0 (pg_lease SQL API 0.10.0)`: this binary's version and the SQL API version it speaks (the
 /// one `pglease install` installs and `pglease status` checks).
 fn version_text() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -69,7 +69,7 @@ pub struct Extension {
 pub const PG_LEASE: Extension = Extension {
     name: "pg_lease",
     schema: "lease",
-    version: "0.9.0",
+    version: "0.10.0",
     control: include_str!("../extensions/pg_lease/pg_lease.control"),
     requires: &[],
     lock_key: i64::from_be_bytes(*b"pg_lease"),
@@ -135,10 +135,16 @@ pub const PG_LEASE: Extension = Extension {
             script: include_str!("../extensions/pg_lease/sql/pg_lease--0.8.0--0.9.0.sql"),
         },
         Migration {
+            from: Some("0.9.0"),
+            to: "0.10.0",
+            file: "pg_lease--0.9.0--0.10.0.sql",
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.9.0--0.10.0.sql"),
+        },
+        Migration {
             from: None,
-            to: "0.9.0",
-            file: "pg_lease--0.9.0.sql",
-            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.9.0.sql"),
+            to: "0.10.0",
+            file: "pg_lease--0.10.0.sql",
+            script: include_str!("../extensions/pg_lease/sql/pg_lease--0.10.0.sql"),
         },
     ],
 };
@@ -213,7 +219,7 @@ pub const CONTROL: &str = PG_LEASE.control;
 /// # Examples
 ///
 /// ```
-/// assert_eq!(pglease::VERSION, "0.9.0");
+/// assert_eq!(pglease::VERSION, "0.10.0");
 /// ```
 pub const VERSION: &str = PG_LEASE.version;
 
@@ -317,7 +323,7 @@ mod tests {
     use super::*;
 
     /// The install script of the current version.
-    const SCRIPT: &str = include_str!("../extensions/pg_lease/sql/pg_lease--0.9.0.sql");
+    const SCRIPT: &str = include_str!("../extensions/pg_lease/sql/pg_lease--0.10.0.sql");
 
     pub(crate) fn transform(script: &str, extowner: &str) -> String {
         PG_LEASE.transform(script, extowner)
@@ -484,7 +490,7 @@ mod tests {
                 .steps_after(v)
                 .map(|s| s.iter().map(|m| m.file).collect())
         };
-        assert_eq!(files(None).unwrap(), ["pg_lease--0.9.0.sql"]);
+        assert_eq!(files(None).unwrap(), ["pg_lease--0.10.0.sql"]);
         assert!(files(Some(VERSION)).unwrap().is_empty());
         assert_eq!(
             files(Some("0.1.0")).unwrap(),
@@ -497,7 +503,8 @@ mod tests {
                 "pg_lease--0.6.0--0.7.0.sql",
                 "pg_lease--0.7.0--0.7.1.sql",
                 "pg_lease--0.7.1--0.8.0.sql",
-                "pg_lease--0.8.0--0.9.0.sql"
+                "pg_lease--0.8.0--0.9.0.sql",
+                "pg_lease--0.9.0--0.10.0.sql"
             ]
         );
         assert_eq!(
@@ -509,7 +516,8 @@ mod tests {
                 "pg_lease--0.6.0--0.7.0.sql",
                 "pg_lease--0.7.0--0.7.1.sql",
                 "pg_lease--0.7.1--0.8.0.sql",
-                "pg_lease--0.8.0--0.9.0.sql"
+                "pg_lease--0.8.0--0.9.0.sql",
+                "pg_lease--0.9.0--0.10.0.sql"
             ]
         );
         assert!(files(Some("9.9.9")).is_none());
@@ -517,7 +525,7 @@ mod tests {
             PG_LEASE.versions(),
             [
                 "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.7.1", "0.8.0",
-                "0.9.0"
+                "0.9.0", "0.10.0"
             ]
         );
     }

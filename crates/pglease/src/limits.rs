@@ -19,6 +19,9 @@
 //! | `raise_min_epoch` | 0..=[`MAX_MIN_EPOCH`] (2^62) |
 //! | `max_ttl`, `failover_quarantine` (`lease.configure`) | (0, [`MAX_INTERVAL`]], the quarantine at least `max_ttl` |
 //! | `history` rows (`max_rows`) | 1..=[`MAX_HISTORY_ROWS`] (10 000) |
+//! | `browse` rows per page (`max_rows`) | 1..=[`MAX_BROWSE_ROWS`] (1 000) |
+//! | `browse` prefix, after | at most [`MAX_NAME_BYTES`] bytes; an owner filter as an owner |
+//! | `summary`'s `expiring_within` | [0, [`MAX_INTERVAL`]]: zero to 365 days |
 //! | history retention (`lease.configure_history`) | [1 s, [`MAX_HISTORY_RETENTION`]]: 1 second to 3650 days; [`DEFAULT_HISTORY_RETENTION`] (30 days) when not set |
 //!
 //! # Examples
@@ -121,6 +124,16 @@ pub const MAX_MIN_EPOCH: i64 = 1 << 62;
 /// assert_eq!(pglease::limits::MAX_HISTORY_ROWS, 10_000);
 /// ```
 pub const MAX_HISTORY_ROWS: u32 = 10_000;
+
+/// The most keys one `lease.browse` call returns (its `max_rows`: one page of an operator
+/// console).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(pglease::limits::MAX_BROWSE_ROWS, 1_000);
+/// ```
+pub const MAX_BROWSE_ROWS: u32 = 1_000;
 
 /// The longest history retention `lease.configure_history` accepts: 3650 days (ten years of
 /// 365 days). The shortest is one second.
@@ -319,11 +332,12 @@ mod tests {
             lengths.is_subset(&names),
             "extension SQL length bounds {lengths:?} vs limits {names:?}"
         );
-        // Every other bound is a duration in seconds or a count: max_holders, renew_many pairs, or
-        // `> 1` (one-dimensional arrays, distinct keys).
+        // Every other bound is a duration in seconds or a count: max_holders, renew_many pairs,
+        // history and browse rows, or `> 1` (one-dimensional arrays, distinct keys).
         let counts = BTreeSet::from([
             u64::from(MAX_HOLDERS),
             u64::from(MAX_HISTORY_ROWS),
+            u64::from(MAX_BROWSE_ROWS),
             MAX_RENEW_MANY as u64,
             MAX_MIN_EPOCH as u64,
         ]);

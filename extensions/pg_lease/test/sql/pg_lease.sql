@@ -22,6 +22,10 @@ SELECT status FROM lease.release('smoke', 'worker-a', 1);
 SELECT held, epoch FROM lease.inspect('smoke');
 SELECT acquired, epoch FROM lease.acquire('smoke', 'worker-b', interval '30 seconds');
 SELECT key, held, owner, epoch FROM lease.list('smo');
+-- The operator console's view: a page of keys with their states, and the count of keys per state.
+SELECT key, state, owner, epoch, expires_at > clock_timestamp() AS expires_later, waiting, last_owner
+  FROM lease.browse('smo');
+SELECT held, lapsed, free, expiring, waiting FROM lease.summary();
 -- The history of grants, and a handover to a named successor with the next epoch.
 SELECT epoch, owner, ended_by FROM lease.history('smoke');
 SELECT status, epoch FROM lease.transfer('smoke', 'worker-b', 3, 'worker-c', interval '30 seconds');
