@@ -203,4 +203,10 @@ async fn infinite_intervals_are_rejected_where_the_server_has_them() {
         &p,
     )
     .await;
+    rejects(
+        "SELECT * FROM lease.summary('infinity')",
+        &["expiring_within must be finite"],
+        &p,
+    )
+    .await;
 }

@@ -6,6 +6,7 @@
 
 mod acquire;
 mod blocking;
+mod browse;
 mod data;
 mod docs;
 mod extension;
