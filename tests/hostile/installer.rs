@@ -113,6 +113,14 @@ async fn the_installing_role_can_create_rename_or_replace_nothing_in_schema_leas
          LANGUAGE sql AS $$ SELECT NULL::lease.history_entry $$",
         "ALTER FUNCTION lease.transfer(text, text, bigint, text, interval) SECURITY INVOKER",
         "ALTER FUNCTION lease.history(text, interval, text, integer) SET search_path = public",
+        // The operator console's reads (0.10.0): an overload that would capture a short call, or a
+        // change of how they run.
+        "CREATE FUNCTION lease.browse(text) RETURNS SETOF lease.browse_entry \
+         LANGUAGE sql AS $$ SELECT NULL::lease.browse_entry $$",
+        "CREATE FUNCTION lease.summary() RETURNS TABLE (held bigint) LANGUAGE sql AS $$ SELECT 0::bigint $$",
+        "ALTER FUNCTION lease.browse(text, text, text, text, integer) RESET plan_cache_mode",
+        "ALTER FUNCTION lease.summary(interval) SECURITY INVOKER",
+        "ALTER TYPE lease.browse_entry RENAME ATTRIBUTE state TO status",
     ] {
         refused(&admin, sql, "42501").await;
     }
@@ -282,10 +290,13 @@ async fn the_installing_role_decides_who_may_call_the_api_also_after_an_update()
             }
         }
         .unwrap();
-        // A read of the state and of the grant history stand for every call.
+        // Reads of the state, of the grant history and of the console's views stand for every
+        // call.
         let reads = [
             "SELECT * FROM lease.inspect('k')",
             "SELECT * FROM lease.history('k')",
+            "SELECT * FROM lease.browse()",
+            "SELECT * FROM lease.summary()",
         ];
         let app = s.connect_as(&db, APP).await;
         for sql in reads {

@@ -1,15 +1,16 @@
 //! Hostile suite: adversarial arguments to every SQL function (property-based, with a bounded number
 //! of cases), malicious `search_path`s and shadowing objects, and privilege boundaries.
 //!
-//! Properties (`props.rs`) run each function with NULLs, empty and huge (up to 1 MB) text, Unicode
-//! oddities, control characters, quotes, backslashes and LIKE wildcards, extreme and mixed-sign
-//! intervals and extreme epochs, always as typed parameters. Every call must either succeed with a
-//! well-formed result consistent with the state it acted on, or fail with a documented SQLSTATE and
-//! leave the state (every column of every table: the leases, the epoch floor, the grant history and
-//! the settings) unchanged. Two client-side failures are classified apart, and in both the function
-//! is never reached: interval literals PostgreSQL cannot parse (22007/22008/22015 at the `::interval`
-//! cast, checked with the cast alone first) and text containing NUL, which PostgreSQL cannot store in
-//! `text` (22021 when the parameter is received).
+//! Properties (`props.rs`; `console.rs` for the operator console's browse and summary) run each
+//! function with NULLs, empty and huge (up to 1 MB) text, Unicode oddities, control characters,
+//! quotes, backslashes and LIKE wildcards, extreme and mixed-sign intervals and extreme epochs,
+//! always as typed parameters. Every call must either succeed with a well-formed result consistent
+//! with the state it acted on, or fail with a documented SQLSTATE and leave the state (every column
+//! of every table: the leases, the epoch floor, the grant history and the settings) unchanged. Two
+//! client-side failures are classified apart, and in both the function is never reached: interval
+//! literals PostgreSQL cannot parse (22007/22008/22015 at the `::interval` cast, checked with the
+//! cast alone first) and text containing NUL, which PostgreSQL cannot store in `text` (22021 when
+//! the parameter is received).
 //!
 //! Environment: `PGLEASE_HOSTILE_SEED` (a u64) fixes the generated inputs; unset, a random seed is
 //! used. It is always printed on stderr and in failure messages. `PGLEASE_HOSTILE_CASES` overrides
@@ -18,6 +19,7 @@
 //! Bugs this suite found have deterministic reproducers in `found_bugs.rs`; all are fixed (0.2.0)
 //! and the reproducers stay as regression tests.
 
+mod console;
 mod found_bugs;
 mod inputs;
 mod installer;

@@ -73,6 +73,14 @@ async fn role_without_privileges_on_schema_lease_cannot_create_alter_or_take_ove
         "ALTER FUNCTION lease.transfer(text, text, bigint, text, interval) SECURITY INVOKER",
         "ALTER FUNCTION lease.history(text, interval, text, integer) SET search_path = public",
         "ALTER FUNCTION lease.configure_history(boolean, interval) OWNER TO app",
+        // The operator console's reads (0.10.0): no role may change how they run or what they read.
+        "ALTER FUNCTION lease.browse(text, text, text, text, integer) SECURITY INVOKER",
+        "ALTER FUNCTION lease.browse(text, text, text, text, integer) RESET plan_cache_mode",
+        "ALTER FUNCTION lease.summary(interval) SET search_path = public",
+        "ALTER TYPE lease.browse_entry ADD ATTRIBUTE x int",
+        "CREATE OR REPLACE FUNCTION lease.summary(expiring_within interval DEFAULT '10 s') \
+         RETURNS TABLE (held bigint, lapsed bigint, free bigint, expiring bigint, waiting bigint) \
+         LANGUAGE sql AS $$ SELECT 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint $$",
     ] {
         refused(&app, sql, "42501").await;
     }

@@ -4,6 +4,7 @@
 //! correct and the log stays empty. Positive controls prove the shadows do capture unqualified uses
 //! in the caller's own SQL, so an empty log means something.
 
+use pglease_tests::lapse::await_lapsed;
 use pglease_tests::{ADMIN, APP, expect_error, server};
 use tokio_postgres::Client;
 
@@ -262,6 +263,15 @@ const OPERATORS: &[(&str, &str, &str, &str, &str)] = &[
         "pg_catalog.textregexeq($1, $2)",
     ),
     ("<", "text", "text", "boolean", "pg_catalog.text_lt($1, $2)"),
+    // lease.browse's keyset pagination (key > after) and its duration arithmetic in summary.
+    (">", "text", "text", "boolean", "pg_catalog.text_gt($1, $2)"),
+    (
+        "*",
+        "double precision",
+        "interval",
+        "interval",
+        "pg_catalog.mul_d_interval($1, $2)",
+    ),
     (
         ">=",
         "text",
@@ -553,6 +563,7 @@ pub(crate) async fn exercise_api(app: &Client, admin: &Client, p: &str) {
     exercise_0_7_0_api(app, admin, p, e).await;
     exercise_0_8_0_api(app, admin, p).await;
     exercise_0_9_0_api(app, admin, p).await;
+    exercise_0_10_0_api(app, admin, p).await;
     let version: String = app
         .query_one("SELECT lease.version()", &[])
         .await
@@ -925,6 +936,199 @@ async fn exercise_0_9_0_api(app: &Client, admin: &Client, p: &str) {
     assert_eq!(
         (r.get::<_, bool>(0), r.get::<_, f64>(1)),
         (true, 2_592_000.0)
+    );
+}
+
+/// One row of lease.browse as (key, state, owner, epoch, waiting, last_owner, data, has an expiry).
+type Browsed = (
+    String,
+    String,
+    Option<String>,
+    i64,
+    bool,
+    Option<String>,
+    Option<String>,
+    bool,
+);
+
+/// The calls 0.10.0 added (lease.browse, lease.summary), with the results a correct implementation
+/// gives: a page of the keys under `p` in every state, its filters and pagination, LIKE wildcards
+/// taken literally, the summary's counts against the rows as the installing role reads them, and
+/// 22023 naming every violation.
+async fn exercise_0_10_0_api(app: &Client, admin: &Client, p: &str) {
+    let b = format!("{p}console/");
+    let acquire = "SELECT epoch FROM lease.acquire($1::pg_catalog.text, $2::pg_catalog.text, \
+                   $3::pg_catalog.text::interval, '0'::pg_catalog.text::interval, $4::pg_catalog.text)";
+    let grant = |key: String, ttl: &'static str, data: Option<&'static str>| async move {
+        app.query_one(acquire, &[&key, &"o1", &ttl, &data])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let free = grant(format!("{b}free"), "1 hour", None).await;
+    let status: String = app
+        .query_one(
+            "SELECT status FROM lease.release($1::pg_catalog.text, 'o1'::pg_catalog.text, $2::pg_catalog.int8)",
+            &[&format!("{b}free"), &free],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "ok");
+    let held = grant(format!("{b}held"), "1 hour", Some("d")).await;
+    let awaited: bool = admin
+        .query_one(
+            "SELECT held FROM lease.register_waiter($1::pg_catalog.text)",
+            &[&format!("{b}held")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(awaited);
+    let lapsed = grant(format!("{b}lapsed"), "1 millisecond", None).await;
+    await_lapsed(app, &format!("{b}lapsed")).await;
+
+    let browse = |prefix: Option<String>,
+                  after: Option<String>,
+                  state: Option<&'static str>,
+                  owner: Option<&'static str>,
+                  max_rows: i32| async move {
+        app.query(
+            "SELECT key, state, owner, epoch, waiting, last_owner, data, expires_at IS NOT NULL \
+               FROM lease.browse($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, \
+                                 $4::pg_catalog.text, $5::pg_catalog.int4)",
+            &[&prefix, &after, &state, &owner, &max_rows],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| -> Browsed {
+            (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get(3),
+                r.get(4),
+                r.get(5),
+                r.get(6),
+                r.get(7),
+            )
+        })
+        .collect::<Vec<Browsed>>()
+    };
+    let rows: [Browsed; 3] = [
+        (
+            format!("{b}free"),
+            "free".into(),
+            None,
+            free + 1,
+            false,
+            None,
+            None,
+            false,
+        ),
+        (
+            format!("{b}held"),
+            "held".into(),
+            Some("o1".into()),
+            held,
+            true,
+            None,
+            Some("d".into()),
+            true,
+        ),
+        (
+            format!("{b}lapsed"),
+            "lapsed".into(),
+            None,
+            lapsed,
+            false,
+            Some("o1".into()),
+            None,
+            true,
+        ),
+    ];
+    assert_eq!(browse(Some(b.clone()), None, None, None, 100).await, rows);
+    assert_eq!(
+        browse(Some(b.clone()), Some(format!("{b}free")), None, None, 1).await,
+        rows[1..2]
+    );
+    assert_eq!(
+        browse(Some(b.clone()), None, Some("lapsed"), None, 100).await,
+        rows[2..]
+    );
+    assert_eq!(
+        browse(Some(b.clone()), None, None, Some("o1"), 100).await,
+        rows[1..2]
+    );
+    assert_eq!(
+        browse(Some(format!("{b}h")), None, None, None, 100).await,
+        rows[1..2]
+    );
+    assert!(
+        browse(Some(format!("{b}%")), None, None, None, 100)
+            .await
+            .is_empty()
+    );
+    assert!(
+        browse(Some(format!("{b}_eld")), None, None, None, 100)
+            .await
+            .is_empty()
+    );
+    let err = expect_error(
+        app,
+        "SELECT * FROM lease.browse(pg_catalog.repeat('p', 1025), NULL, 'x', '', 0)",
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    assert_eq!(
+        err.detail.as_deref(),
+        Some(
+            "prefix must be at most 1024 bytes (got 1025); state must be held, lapsed or free; owner must not be empty; max_rows must be in [1, 1000] (got 0)."
+        )
+    );
+
+    // The summary: every key in one state, the awaited held or lapsed ones, none expiring within 0.
+    let summary = |within: &'static str| async move {
+        let r = app
+            .query_one(
+                "SELECT held, lapsed, free, expiring, waiting \
+                   FROM lease.summary($1::pg_catalog.text::interval)",
+                &[&within],
+            )
+            .await
+            .unwrap();
+        [0, 1, 2, 3, 4].map(|i| r.get::<_, i64>(i))
+    };
+    let [held_n, lapsed_n, free_n, expiring, waiting] = summary("0").await;
+    let r = admin
+        .query_one(
+            "SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE owner IS NOT NULL AND waiting) \
+               FROM lease.leases",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (total, awaited): (i64, i64) = (r.get(0), r.get(1));
+    assert_eq!(held_n + lapsed_n + free_n, total);
+    assert!(held_n >= 1 && lapsed_n >= 1 && free_n >= 1);
+    assert_eq!(expiring, 0);
+    assert_eq!(waiting, awaited);
+    assert!(waiting >= 1);
+    let [.., expiring_2h, _] = summary("2 hours").await;
+    assert!(
+        expiring_2h >= 1,
+        "the key held for an hour lapses within 2 hours"
+    );
+    let err = expect_error(
+        app,
+        "SELECT * FROM lease.summary('-1 second'::pg_catalog.text::interval)",
+    )
+    .await;
+    assert_eq!(err.code, "22023");
+    assert_eq!(
+        err.detail.as_deref(),
+        Some("expiring_within must not be negative.")
     );
 }
 

@@ -178,7 +178,7 @@ pub(crate) async fn epoch_arg(db: &Db, key: &Text, e: Epoch) -> Option<i64> {
 
 /// True if `f` is one of the DETAIL fragments SEMANTICS.md §6 documents.
 pub(crate) fn documented(f: &str) -> bool {
-    for n in ["key", "owner", "prefix", "to_owner"] {
+    for n in ["key", "owner", "prefix", "to_owner", "after"] {
         if f == format!("{n} must not be NULL") || f == format!("{n} must not be empty") {
             return true;
         }
@@ -190,7 +190,17 @@ pub(crate) fn documented(f: &str) -> bool {
             return true;
         }
     }
-    if f == "epoch must not be NULL" || f == "max_rows must not be NULL" {
+    if f == "epoch must not be NULL"
+        || f == "max_rows must not be NULL"
+        || f == "state must be held, lapsed or free"
+    {
+        return true;
+    }
+    if let Some(rest) = f.strip_prefix("max_rows must be in [1, 1000] (got ")
+        && rest
+            .strip_suffix(')')
+            .is_some_and(|d| d.parse::<i64>().is_ok())
+    {
         return true;
     }
     if let Some(rest) = f.strip_prefix("max_rows must be in [1, 10000] (got ")
@@ -206,17 +216,19 @@ pub(crate) fn documented(f: &str) -> bool {
     {
         return true;
     }
-    ["ttl", "wait", "older_than"].iter().any(|n| {
-        [
-            "must not be NULL",
-            "must be finite",
-            "must be positive",
-            "must be at most 365 days",
-            "must not be negative",
-        ]
+    ["ttl", "wait", "older_than", "expiring_within"]
         .iter()
-        .any(|s| f == format!("{n} {s}"))
-    })
+        .any(|n| {
+            [
+                "must not be NULL",
+                "must be finite",
+                "must be positive",
+                "must be at most 365 days",
+                "must not be negative",
+            ]
+            .iter()
+            .any(|s| f == format!("{n} {s}"))
+        })
 }
 
 /// A 22023's DETAIL: only documented fragments, including every `expected` one, and never empty.
