@@ -427,6 +427,62 @@ impl Client {
         calls::list(&**conn, prefix).await
     }
 
+    /// One page of keys as `query` selects them, each with its state ([`crate::browse`] on a
+    /// pooled connection): an operator console's view. Walk the pages with
+    /// [`BrowseQuery::next_page`](crate::BrowseQuery::next_page).
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::browse`], plus pool errors ([`Error::is_connection`], [`Error::is_closed`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// use pglease::{BrowseQuery, KeyState};
+    ///
+    /// let mine = BrowseQuery::new().owner(client.owner()).state(KeyState::Held);
+    /// for k in client.browse(&mine).await? {
+    ///     println!("{} until {:?}", k.key, k.expires_at);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn browse(&self, query: &crate::BrowseQuery) -> Result<Vec<crate::BrowsedLease>> {
+        let conn = self.inner.conns.get().await?;
+        calls::browse(&**conn, query).await
+    }
+
+    /// How many keys are held, lapsed and free, how many held ones lapse within
+    /// `expiring_within`, and how many someone waits for ([`crate::summary`] on a pooled
+    /// connection).
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::summary`], plus pool errors ([`Error::is_connection`], [`Error::is_closed`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &pglease::Client) -> pglease::Result<()> {
+    /// let c = client.summary(std::time::Duration::from_secs(10)).await?;
+    /// println!("{} held, {} lapse within 10 s", c.held, c.expiring);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn summary(&self, expiring_within: Duration) -> Result<crate::LeaseCounts> {
+        let conn = self.inner.conns.get().await?;
+        calls::summary(&**conn, expiring_within).await
+    }
+
     /// The database's high-water epoch ([`crate::high_water`] on a pooled connection): no epoch
     /// above it was ever granted or reserved there.
     ///

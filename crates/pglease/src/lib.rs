@@ -21,7 +21,7 @@
 //!   exactly one database, and a procedure for moving a slot that keeps its epochs above every
 //!   earlier grant.
 //! - **Calls** ([`acquire`], [`renew`], [`renew_many`], [`release`], [`transfer`], [`inspect`],
-//!   [`list`], [`history`], [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`],
+//!   [`list`], [`browse`], [`summary`], [`history`], [`purge`], [`register_waiter`], [`watch`], [`acquire_slot`],
 //!   [`list_slots`], [`register_slot_waiter`], [`fence()`], [`configure`], [`configure_history`],
 //!   [`configuration`], [`high_water`], [`raise_min_epoch`]): one async function per SQL function, generic over
 //!   [`tokio_postgres::GenericClient`], so each runs on a `Client` (autocommit) or inside a
@@ -105,6 +105,7 @@
 
 // The calls of the SQL API: the public calls, their result types, the row decoders, and the
 // client's variants on pooled connections.
+mod browse_results;
 mod calls;
 mod history_results;
 mod pooled;
@@ -163,9 +164,10 @@ mod slot_move;
 pub use acquire::AcquireBuilder;
 pub use builder::ClientBuilder;
 pub use calls::{
-    HistoryQuery, MAX_DURATION, acquire, acquire_slot, configuration, configure, configure_history,
-    fence, force_release, high_water, history, inspect, list, list_slots, purge, raise_min_epoch,
-    register_slot_waiter, register_waiter, release, renew, renew_many, slot_key, transfer, watch,
+    BrowseQuery, HistoryQuery, MAX_DURATION, acquire, acquire_slot, browse, configuration,
+    configure, configure_history, fence, force_release, high_water, history, inspect, list,
+    list_slots, purge, raise_min_epoch, register_slot_waiter, register_waiter, release, renew,
+    renew_many, slot_key, summary, transfer, watch,
 };
 pub use client::Client;
 pub use confirmed::{ConfirmedConnect, drive_connection};
@@ -184,8 +186,9 @@ pub use lease::Lease;
 pub use listening::{Listener, Subscription};
 pub use lost::LostReason;
 pub use results::{
-    Configuration, EndedBy, Grant, Handover, HistoryEntry, KeyRenewal, LeaseState, ListedLease,
-    Renewal, SlotGrant, SlotState, SlotWaiter, Status, Transfer, Waiter, Watched,
+    BrowsedLease, Configuration, EndedBy, Grant, Handover, HistoryEntry, KeyRenewal, KeyState,
+    LeaseCounts, LeaseState, ListedLease, Renewal, SlotGrant, SlotState, SlotWaiter, Status,
+    Transfer, Waiter, Watched,
 };
 pub use semaphore::Semaphore;
 pub use shard::ShardedClient;

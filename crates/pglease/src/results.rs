@@ -1,7 +1,7 @@
 //! The values pg_lease's calls return: [`Grant`] (acquire), [`Status`] and [`Renewal`] (renew,
 //! release), [`Transfer`] (transfer) and [`Handover`] (a lease handed over), [`LeaseState`] and
-//! [`ListedLease`] (inspect, list), [`HistoryEntry`] and [`EndedBy`] (history) and [`Waiter`]
-//! (register_waiter).
+//! [`ListedLease`] (inspect, list), [`HistoryEntry`] and [`EndedBy`] (history), [`BrowsedLease`],
+//! [`KeyState`] and [`LeaseCounts`] (browse, summary) and [`Waiter`] (register_waiter).
 //!
 //! Each mirrors one result shape of the SQL API; the decoders that check a row's shape and build
 //! these values are in `rows.rs`.
@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use crate::error::{Error, Result};
 use crate::lost::LostReason;
 
+pub use crate::browse_results::{BrowsedLease, KeyState, LeaseCounts};
 pub use crate::history_results::{EndedBy, HistoryEntry};
 
 /// A lease granted by [`acquire`](crate::acquire): the fencing epoch and the expiry, both decided

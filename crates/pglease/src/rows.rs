@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
+use crate::browse_results::{BrowsedLease, KeyState, LeaseCounts};
 use crate::error::{Error, Result};
 use crate::results::{
     Configuration, EndedBy, Grant, HistoryEntry, LeaseState, ListedLease, Renewal, SlotGrant,
@@ -379,4 +380,69 @@ pub(crate) fn history_entry(row: &Row, call: &str) -> Result<HistoryEntry> {
              ({epoch:?}, {owner:?}, {expires_at:?}, {ended_at:?}, {ended_by:?})"
         ))),
     }
+}
+
+/// `(key, state, owner, epoch, expires_at, data, waiting, last_owner)` of browse: a
+/// [`BrowsedLease`], whose columns must fit its state: an owner (and data) only while held, an
+/// expiry unless free, a last owner only when lapsed, the waiter mark never for a free key.
+pub(crate) fn browsed(row: &Row, call: &str) -> Result<BrowsedLease> {
+    let key: Option<String> = get(row, 0, call)?;
+    let state: Option<&str> = get(row, 1, call)?;
+    let owner: Option<String> = get(row, 2, call)?;
+    let epoch: Option<i64> = get(row, 3, call)?;
+    let expires_at: Option<SystemTime> = get(row, 4, call)?;
+    let data: Option<String> = get(row, 5, call)?;
+    let waiting: Option<bool> = get(row, 6, call)?;
+    let last_owner: Option<String> = get(row, 7, call)?;
+    let state: Option<KeyState> = state.map(str::parse).transpose()?;
+    let fits = |s: KeyState| match s {
+        KeyState::Held => owner.is_some() && expires_at.is_some() && last_owner.is_none(),
+        KeyState::Lapsed => {
+            owner.is_none() && data.is_none() && expires_at.is_some() && last_owner.is_some()
+        }
+        KeyState::Free => {
+            owner.is_none()
+                && data.is_none()
+                && expires_at.is_none()
+                && last_owner.is_none()
+                && waiting == Some(false)
+        }
+    };
+    match (key, state, epoch, waiting) {
+        (Some(key), Some(state), Some(epoch), Some(waiting)) if fits(state) => Ok(BrowsedLease {
+            key,
+            state,
+            owner,
+            epoch,
+            expires_at,
+            data,
+            waiting,
+            last_owner,
+        }),
+        (key, state, epoch, waiting) => Err(Error::protocol(format!(
+            "{call} returned (key, state, owner, epoch, expires_at, data, waiting, last_owner) = \
+             ({key:?}, {state:?}, {owner:?}, {epoch:?}, {expires_at:?}, {data:?}, {waiting:?}, \
+             {last_owner:?})"
+        ))),
+    }
+}
+
+/// `(held, lapsed, free, expiring, waiting)` of summary: [`LeaseCounts`], none of them NULL or
+/// negative.
+pub(crate) fn lease_counts(row: &Row, call: &str) -> Result<LeaseCounts> {
+    let mut n = [0u64; 5];
+    for (i, slot) in n.iter_mut().enumerate() {
+        let v: Option<i64> = get(row, i, call)?;
+        *slot = v
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| Error::protocol(format!("{call} returned {v:?} in column {i}")))?;
+    }
+    let [held, lapsed, free, expiring, waiting] = n;
+    Ok(LeaseCounts {
+        held,
+        lapsed,
+        free,
+        expiring,
+        waiting,
+    })
 }

@@ -1,7 +1,7 @@
 //! Typed calls of pg_lease's SQL API: one async function per SQL function, one statement each:
-//! the calls on a key's lease (`keys.rs`), its history (`history.rs`), on semaphores
-//! (`semaphores.rs`), for waiting without polling (`waiting.rs`), and on the server-wide state
-//! (`admin.rs`).
+//! the calls on a key's lease (`keys.rs`), its history (`history.rs`), an operator console's
+//! pages of keys and counts (`browse.rs`), on semaphores (`semaphores.rs`), for waiting without
+//! polling (`waiting.rs`), and on the server-wide state (`admin.rs`).
 //!
 //! The values they return are in `results.rs`, the decoders of their rows in `rows.rs`, and the
 //! client's own variants on pooled connections (prepared statements, time left) in `pooled.rs`.
@@ -60,6 +60,7 @@ pub(crate) fn micros(d: Duration) -> i64 {
 }
 
 mod admin;
+mod browse;
 mod history;
 mod keys;
 mod semaphores;
@@ -68,6 +69,7 @@ mod waiting;
 pub use admin::{
     configuration, configure, configure_history, force_release, high_water, purge, raise_min_epoch,
 };
+pub use browse::{BrowseQuery, browse, summary};
 pub use history::{HistoryQuery, history};
 pub(crate) use keys::{RELEASE, RENEW_MANY};
 pub use keys::{acquire, fence, inspect, list, release, renew, renew_many, transfer};

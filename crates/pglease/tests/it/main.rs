@@ -4,6 +4,7 @@
 mod adopt;
 mod api;
 mod common;
+mod console;
 mod data;
 mod election;
 mod example;
