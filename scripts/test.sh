@@ -47,7 +47,7 @@ bounded() {
 }
 
 # Debian tools the suites drive for real: PgBouncer (the client's pooler fallback), tmux (the
-# CLI's terminal test), libfaketime (one server of a replicated pair on a skewed clock), make (the
+# CLI's terminal test), Chromium with chromedriver (the console's browser tests), libfaketime (one server of a replicated pair on a skewed clock), make (the
 # extensions' `make installcheck` suites) and, for a Debian PostgreSQL server that lacks it, its
 # PGXS (postgresql-server-dev-N). Installed when missing; as a non-root user, install them yourself.
 need=()
@@ -55,6 +55,9 @@ need=()
 command -v tmux >/dev/null || need+=(tmux)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 command -v make >/dev/null || need+=(make)
+# Headless Chromium and its WebDriver for the console's browser tests (crates/pglease-cli/tests/console).
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 for bindir in /usr/lib/postgresql/*/bin; do
   [ -x "$bindir/postgres" ] || continue
   [ -e "$bindir/../lib/pgxs/src/makefiles/pgxs.mk" ] ||

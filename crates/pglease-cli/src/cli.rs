@@ -16,6 +16,7 @@ mod leases;
 mod local;
 mod queue;
 mod run;
+mod ui;
 mod values;
 
 pub use admin::{ConfigureArgs, InstallArgs, StatusArgs};
@@ -29,6 +30,7 @@ pub use queue::{
     QueueGrantArgs, QueueRedriveArgs, QueueSendArgs, QueueStatsArgs,
 };
 pub use run::{Descendants, ElectArgs, Holding, RunArgs, SupervisionArgs};
+pub use ui::{ConsoleArgs, MetricsArgs, UiArgs};
 pub use values::*;
 
 /// The exit codes, shown at the end of `pglease --help` (and kept in step with `crate::exit`).
@@ -37,7 +39,7 @@ Exit codes:
   0    success
   1    error: PostgreSQL unreachable or failing, SQL error, local server failed to start
   2    invalid command line; a queue payload that is not JSON; queue drop without --yes and
-       no terminal to ask on
+       no terminal to ask on; ui/metrics --listen off loopback without a token
   3    not acquired: another owner holds the key (acquire; run: still held when --wait ran out;
        run --limit: every slot held; elect: not elected within --wait); leader: no leader
   4    lost: renew/release/transfer refused (not_owner, lapsed, epoch_mismatch); run: the lease
@@ -90,6 +92,15 @@ Examples:
   pglease history nightly-report --since 24h      # still current 24 hours ago, or later
   pglease history backups#2 --owner worker-7      # slot 2 of the semaphore backups
   pglease history lease_queue:orders:3 --limit 10 --json   # partition 3 of queue orders";
+
+const UI_EXAMPLES_HELP: &str = "\
+Examples:
+  pglease ui                                      # http://127.0.0.1:8080/ on this machine, read-only
+  pglease ui --listen 127.0.0.1:0 --election scheduler --election 'shard-leader/*'
+  pglease ui --allow-actions                      # redrive, force-release, purge (confirmed, logged)
+  # Off loopback a token is required (never on the command line):
+  PGLEASE_UI_TOKEN=$(cat /etc/pglease/ui-token) pglease ui --listen 10.0.0.5:8080 --base-path /pglease
+  curl -H \"Authorization: Bearer $TOKEN\" http://10.0.0.5:8080/pglease/api/leases?prefix=job-";
 
 const CONNECTION_HELP: &str = "\
 Connection: --database-url (or DATABASE_URL) if given; else libpq's PG* variables (PGHOST,
@@ -333,6 +344,24 @@ pub enum Command {
     /// Show the server, how pg_lease and pg_lease_queue are installed, and how many leases are held,
     /// lapsed and free.
     Status(StatusArgs),
+
+    /// The operator console: a web page of every lease, semaphore, leader and queue, live, with a
+    /// JSON API and Prometheus metrics at /metrics.
+    ///
+    /// Read-only unless --allow-actions (redrive dead letters, force-release a queue partition,
+    /// purge; each confirmed in the page and logged; never on a standby). Listens on 127.0.0.1:8080
+    /// by default; any other address needs a token (--token-file or PGLEASE_UI_TOKEN). The URL is
+    /// printed on stdout. docs/CONSOLE.md describes the views, the API and the metrics.
+    #[command(after_long_help = format!("{UI_EXAMPLES_HELP}\n\n{EXIT_CODES_HELP}"))]
+    Ui(UiArgs),
+
+    /// Serve only the console's Prometheus metrics, at ADDR/metrics (an exporter).
+    ///
+    /// Every metric is read from the database at each scrape. Off loopback a token is required
+    /// (--token-file or PGLEASE_UI_TOKEN); Prometheus sends it as a bearer token or basic-auth
+    /// password.
+    #[command(after_long_help = EXIT_CODES_HELP)]
+    Metrics(MetricsArgs),
 
     /// Operate pg_lease_queue queues: create, drop, send, stats, dead letters, redrive, grant.
     ///

@@ -170,6 +170,20 @@ impl Config {
                 let target = target(&args.conn)?;
                 until_signal(async move { admin::status(args, &target).await })
             }
+            Command::Ui(args) => {
+                crate::ui::check_listen(args.listen, &args.console)?;
+                let target = target(&args.console.conn)?;
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, crate::ui::ui(args, &target)).await
+                })
+            }
+            Command::Metrics(args) => {
+                crate::ui::check_listen(args.listen, &args.console)?;
+                let target = target(&args.console.conn)?;
+                until_signal(async move {
+                    explained(&target, &PG_LEASE, crate::ui::metrics(args, &target)).await
+                })
+            }
             Command::Queue(command) => queue_handler(command, &url, major)?,
             Command::Local(command) => local_handler(command)?,
             Command::Demo(args) => until_signal(demo::run(args)),

@@ -212,7 +212,15 @@ pub async fn run(args: DemoArgs) -> Result<std::process::ExitCode, BoxError> {
         let (who, epoch, body): (String, i64, String) = (r.get(0), r.get(1), r.get(2));
         n.explain(format!("{who} (epoch {epoch}): {body:?}"));
     }
-    drop((a, b, setup));
+    drop((a, b));
+    if args.ui {
+        n.say(
+            "setup",
+            "keeping the server: workers and the operator console start now",
+        );
+        return crate::demo_live::run(&conninfo, &setup, args.listen, ttl).await;
+    }
+    drop(setup);
     n.say("setup", "stopping the private server and removing its data");
     tokio::task::spawn_blocking(move || drop(cluster)).await?;
     Ok(std::process::ExitCode::SUCCESS)

@@ -64,4 +64,26 @@ pub struct DemoArgs {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_run_ttl,
           allow_hyphen_values = true)]
     pub ttl: Duration,
+
+    /// After the story, keep the server running with workers on it (jobs that lapse and are taken
+    /// over, an election that hands over, a semaphore, a queue with dead letters) and serve the
+    /// operator console on them (`pglease ui`, actions allowed) until Ctrl-C.
+    #[arg(long)]
+    pub ui: bool,
+
+    /// Where the console listens with --ui (IP:PORT; loopback only: the demo has no token).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", requires = "ui",
+          value_parser = parse_loopback)]
+    pub listen: std::net::SocketAddr,
+}
+
+/// A loopback IP:PORT.
+fn parse_loopback(s: &str) -> Result<std::net::SocketAddr, String> {
+    let addr: std::net::SocketAddr = s
+        .parse()
+        .map_err(|e| format!("{e} (e.g. 127.0.0.1:8080)"))?;
+    if !addr.ip().is_loopback() {
+        return Err("must be a loopback address (the demo's console has no token)".into());
+    }
+    Ok(addr)
 }
