@@ -344,6 +344,14 @@ impl Db {
                 )
                 .await
                 .map_err(|e| DbError::from_pg(e, t))?;
+            // Holders and open batches are shown to roles that may consume the queue.
+            let may = tx
+                .query(
+                    "SELECT queue_name FROM lease_queue.privileges(NULL) WHERE consume",
+                    &[],
+                )
+                .await
+                .map_err(|e| DbError::from_pg(e, t))?;
             let now = db_now(tx, t).await?;
             Ok(queues
                 .iter()
@@ -354,7 +362,8 @@ impl Db {
                         .filter(|p| p.get::<_, String>(0) == name)
                         .map(|p| partition_row(p, now))
                         .collect();
-                    QueueRow::new(name, q.get(1), q.get(2), partitions)
+                    let visible = may.iter().any(|m| m.get::<_, String>(0) == name);
+                    QueueRow::new(name, q.get(1), q.get(2), visible, partitions)
                 })
                 .collect())
         })

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use crate::State;
 use crate::api::{self, LeaseFilter};
+use crate::db::DbError;
 
 #[derive(Debug, Deserialize, Clone)]
 pub struct EventParams {
@@ -74,6 +75,10 @@ async fn read(state: &State, p: &EventParams) -> Result<Value, Value> {
             match (rows, dead) {
                 (Ok(rows), None) => Ok(json!({ "items": rows })),
                 (Ok(rows), Some(Ok(dead))) => Ok(json!({ "items": rows, "dead_letters": dead })),
+                // A role that may not consume the queue sees its counts, not its dead letters.
+                (Ok(rows), Some(Err(DbError::NotPermitted(why)))) => {
+                    Ok(json!({ "items": rows, "dead_letters_hidden": why }))
+                }
                 (Err(e), _) | (_, Some(Err(e))) => Err(json!({ "message": e.to_string() })),
             }
         }

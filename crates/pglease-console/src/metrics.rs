@@ -175,7 +175,9 @@ async fn render(state: &State) -> Result<String, DbError> {
             queue: q.name.clone(),
         };
         dead.get_or_create(&ql).set(q.dead_letters);
-        unowned.get_or_create(&ql).set(q.unowned);
+        if let Some(n) = q.unowned {
+            unowned.get_or_create(&ql).set(n);
+        }
         for p in &q.partitions {
             let l = PartitionLabels {
                 queue: q.name.clone(),
@@ -184,7 +186,9 @@ async fn render(state: &State) -> Result<String, DbError> {
             backlog.get_or_create(&l).set(p.backlog);
             in_flight.get_or_create(&l).set(p.batch_size);
             held_back.get_or_create(&l).set(p.held_back_keys);
-            owned.get_or_create(&l).set(i64::from(p.owner.is_some()));
+            if q.holders_visible {
+                owned.get_or_create(&l).set(i64::from(p.owner.is_some()));
+            }
             oldest
                 .get_or_create(&l)
                 .set(p.oldest_age_ms.map_or(0.0, |ms| ms.max(0) as f64 / 1000.0));

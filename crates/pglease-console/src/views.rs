@@ -181,8 +181,10 @@ pub struct QueueRow {
     /// Sum over the partitions.
     pub backlog: i64,
     pub dead_letters: i64,
-    /// Partitions whose lease no one holds.
-    pub unowned: i64,
+    /// Whether this role sees holders and open batches (it may consume the queue).
+    pub holders_visible: bool,
+    /// Partitions whose lease no one holds; absent when holders are not visible.
+    pub unowned: Option<i64>,
     /// Messages acked per second, sampled by the console while someone watches (oldest first).
     pub consumed_per_s: Vec<f64>,
 }
@@ -192,12 +194,15 @@ impl QueueRow {
         name: String,
         partition_count: i32,
         max_attempts: i32,
+        holders_visible: bool,
         partitions: Vec<PartitionRow>,
     ) -> QueueRow {
         QueueRow {
             backlog: partitions.iter().map(|p| p.backlog).sum(),
             dead_letters: partitions.iter().map(|p| p.dead_letters).sum(),
-            unowned: partitions.iter().filter(|p| p.owner.is_none()).count() as i64,
+            holders_visible,
+            unowned: holders_visible
+                .then(|| partitions.iter().filter(|p| p.owner.is_none()).count() as i64),
             name,
             partitions,
             partition_count,

@@ -272,7 +272,9 @@ function queueCard(q) {
     el("p", { class: "summary" },
       el("span", { class: "backlog" }, q.backlog + " pending"), " · ",
       el("span", { class: "dead" }, q.dead_letters + " dead letters"), " · ",
-      el("span", { class: "unowned" }, q.unowned + " of " + q.partition_count + " partitions without a holder"), " · ",
+      el("span", { class: "unowned" }, q.holders_visible
+        ? q.unowned + " of " + q.partition_count + " partitions without a holder"
+        : q.partition_count + " partitions (holders hidden: this role may not consume the queue)"), " · ",
       el("span", { class: "rate" }, rate === null ? "consumed/s: sampling…" : "consumed " + rate.toFixed(1) + "/s")),
     sparkline(q.consumed_per_s),
     table(["partition", "holder", "epoch", "expires", "backlog", "oldest", "open batch", "held back", "dead", ""],
@@ -294,7 +296,9 @@ function renderQueue(d, root) {
   root.replaceChildren(
     queueCard(q),
     el("h3", {}, "Dead letters (oldest first)"),
-    dead.length
+    d.dead_letters_hidden
+      ? el("p", { id: "dead-letters-hidden", class: "hint" }, "Hidden: " + d.dead_letters_hidden)
+      : dead.length
       ? table(["id", "partition", "key", "attempts", "reason", "died", "payload", ""],
           dead.map((m) => el("tr", { "data-dead-letter": m.id },
             el("td", {}, m.id), el("td", {}, m.partition), el("td", { class: "key" }, dash(m.key)),
