@@ -91,8 +91,11 @@ async fn job_worker(conninfo: String, owner: String, ttl: Duration) -> Result<()
     let mut dice = Dice::new(owner.len() as u64 + owner.as_bytes()[owner.len() - 1] as u64);
     loop {
         let key = JOBS[(dice.next() % JOBS.len() as u64) as usize];
-        let Some(grant) = pglease::acquire(&c, key, &owner, ttl, ttl * 4).await? else {
-            continue;
+        let grant = match pglease::acquire(&c, key, &owner, ttl, ttl * 4).await {
+            Ok(Some(grant)) => grant,
+            Ok(None) => continue,
+            Err(e) if e.is_wait_timeout() => continue,
+            Err(e) => return Err(e.into()),
         };
         if dice.one_in(4) {
             // A stall: no renewal, no release; the lease lapses and a waiter takes over.
@@ -129,9 +132,17 @@ async fn candidate(
                         $3::text::interval, $4) AS r) s",
                 &[&me, &interval(ttl), &interval(ttl * 10), &data],
             )
-            .await?;
-        let Some(epoch) = row.get::<_, Option<i64>>(0) else {
-            continue;
+            .await;
+        let epoch = match row {
+            Ok(row) => match row.get::<_, Option<i64>>(0) {
+                Some(epoch) => epoch,
+                None => continue,
+            },
+            // The wait ran out (57014): campaign again.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) => {
+                continue;
+            }
+            Err(e) => return Err(e.into()),
         };
         // Lead for a while, renewing; then hand over or step down.
         hold(
