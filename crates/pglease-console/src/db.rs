@@ -336,10 +336,13 @@ impl Db {
                 .map_err(|e| DbError::from_pg(e, t))?;
             let parts = tx
                 .query(
-                    "SELECT queue_name, partition, owner, epoch, expires_at, batch_id,
-                            batch_size, batch_opened_at, backlog, oldest_enqueued_at,
-                            held_back_keys, dead_letters, acked
-                       FROM lease_queue.status(NULL)",
+                    // `acked` came with pg_lease_queue 0.2.0: read by name through a row
+                    // value, so that an older queue extension shows no rate, not an error.
+                    "SELECT s.queue_name, s.partition, s.owner, s.epoch, s.expires_at, s.batch_id,
+                            s.batch_size, s.batch_opened_at, s.backlog, s.oldest_enqueued_at,
+                            s.held_back_keys, s.dead_letters,
+                            (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'acked')::bigint
+                       FROM lease_queue.status(NULL) AS s",
                     &[],
                 )
                 .await

@@ -211,8 +211,8 @@ impl QueueRow {
         }
     }
 
-    /// Messages acked in the queue so far (the partitions' counters).
-    pub fn acked(&self) -> i64 {
+    /// Messages acked in the queue so far (the partitions' counters), if the extension counts.
+    pub fn acked(&self) -> Option<i64> {
         self.partitions.iter().map(|p| p.acked).sum()
     }
 }
@@ -234,7 +234,8 @@ pub struct PartitionRow {
     pub oldest_age_ms: Option<i64>,
     pub held_back_keys: i64,
     pub dead_letters: i64,
-    pub acked: i64,
+    /// Messages acked in the partition (absent before pg_lease_queue 0.2.0).
+    pub acked: Option<i64>,
 }
 
 /// A dead letter (`GET /api/queues/{queue}/dead-letters`).
