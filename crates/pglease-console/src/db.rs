@@ -322,10 +322,22 @@ impl Db {
         .await
     }
 
-    /// Every queue with its partitions (`lease_queue.status`).
+    /// Every queue with its partitions (`lease_queue.status`); none where pg_lease_queue is not
+    /// installed.
     pub async fn queues(&self) -> Result<Vec<QueueRow>, DbError> {
         let t = self.timeout;
         self.within(false, async |tx| {
+            let installed: bool = tx
+                .query_one(
+                    "SELECT pg_catalog.to_regprocedure('lease_queue.status(text)') IS NOT NULL",
+                    &[],
+                )
+                .await
+                .map_err(|e| DbError::from_pg(e, t))?
+                .get(0);
+            if !installed {
+                return Ok(Vec::new());
+            }
             let queues = tx
                 .query(
                     "SELECT queue_name, partitions, max_attempts, notify, created_at

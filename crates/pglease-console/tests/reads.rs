@@ -1,7 +1,8 @@
-//! A console whose role has nothing but USAGE on the schemas (docs/CONSOLE.md, "A read-only
-//! console role"): every view reads, holders of a queue the role may not consume are hidden
-//! (not reported as missing), and the database refuses the actions the role may not perform
-//! even when the console allows actions. Against a real server (pgcluster), the console's router
+//! What the console reads, and as whom. A console whose role has nothing but USAGE on the schemas
+//! (docs/CONSOLE.md, "A read-only console role"): every view reads, holders of a queue the role may
+//! not consume are hidden (not reported as missing), and the database refuses the actions the role
+//! may not perform even when the console allows actions. A database without pg_lease_queue: no
+//! queues, and the metrics still answer. Against a real server (pgcluster), the console's router
 //! driven in-process.
 
 use std::path::PathBuf;
@@ -73,8 +74,12 @@ fn cluster() -> &'static Cluster {
 }
 
 fn url_as(role: &str, password: &str) -> String {
+    url_of("console", role, password)
+}
+
+fn url_of(db: &str, role: &str, password: &str) -> String {
     let c = cluster();
-    c.url("console").replacen(
+    c.url(db).replacen(
         &format!("postgres:{}@", c.password()),
         &format!("{role}:{password}@"),
         1,
@@ -241,4 +246,30 @@ async fn the_database_refuses_the_actions_a_usage_role_may_not_perform_even_with
         )
         .unwrap();
     assert_eq!(left.trim(), "1|t");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pg_lease_queue_there_are_no_queues_and_the_metrics_still_answer() {
+    let c = cluster();
+    c.create_database("no_queue").expect("create database");
+    c.psql(
+        "no_queue",
+        "CREATE EXTENSION pg_lease; SELECT lease.acquire('k', 'w', interval '1 hour')",
+    )
+    .expect("pg_lease only");
+    let client = pglease::Client::builder()
+        .owner("console-test")
+        .connect(&url_of("no_queue", "postgres", c.password()))
+        .await
+        .expect("connect");
+    let console = pglease_console::Console::builder(client).build();
+    let (status, queues) = call(&console, "GET", "/api/queues", None).await;
+    assert_eq!(status, StatusCode::OK, "{queues}");
+    assert_eq!(queues["items"], Value::Array(Vec::new()));
+    let (status, metrics) = call(&console, "GET", "/metrics", None).await;
+    assert_eq!(status, StatusCode::OK, "{metrics}");
+    assert!(
+        metrics.as_str().unwrap().contains("pglease_leases_held 1"),
+        "{metrics}"
+    );
 }
