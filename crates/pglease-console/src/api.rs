@@ -233,7 +233,10 @@ impl LeaseFilter {
 }
 
 pub async fn lease_page(state: &State, filter: &LeaseFilter) -> Result<LeasePage, DbError> {
-    state.db.leases(&filter.query()?).await
+    state
+        .db
+        .leases(&filter.query()?, state.expiring_within)
+        .await
 }
 
 async fn leases(

@@ -166,15 +166,20 @@ impl Db {
         .await
     }
 
-    /// One page of leases (`lease.browse`) and the counts of every state (`lease.summary`).
-    pub async fn leases(&self, q: &pglease::BrowseQuery) -> Result<LeasePage, DbError> {
+    /// One page of leases (`lease.browse`) and the counts of every state (`lease.summary`, held
+    /// leases lapsing within `expiring_within` counted as expiring).
+    pub async fn leases(
+        &self,
+        q: &pglease::BrowseQuery,
+        expiring_within: Duration,
+    ) -> Result<LeasePage, DbError> {
         let t = self.timeout;
         let limit = q.get_limit() as usize;
         self.within(false, async |tx| {
             let rows = pglease::browse(&**tx, q)
                 .await
                 .map_err(|e| DbError::from_lease(e, t))?;
-            let counts = pglease::summary(&**tx, Duration::from_secs(10))
+            let counts = pglease::summary(&**tx, expiring_within)
                 .await
                 .map_err(|e| DbError::from_lease(e, t))?;
             let now = db_now(tx, t).await?;
@@ -189,7 +194,7 @@ impl Db {
                     .map(|r| LeaseRow::from_browsed(r, now))
                     .collect(),
                 next_after,
-                counts: LeaseCounts::from(&counts),
+                counts: LeaseCounts::new(&counts, expiring_within),
             })
         })
         .await

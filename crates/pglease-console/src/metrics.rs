@@ -245,7 +245,7 @@ async fn render(state: &State) -> Result<String, DbError> {
         let epoch = Family::<KeyLabel, Gauge>::default();
         for prefix in &state.metric_key_prefixes {
             let q = pglease::BrowseQuery::new().prefix(prefix).limit(1000);
-            let page = state.db.leases(&q).await?;
+            let page = state.db.leases(&q, state.expiring_within).await?;
             for l in page.items {
                 let label = KeyLabel { key: l.key };
                 epoch.get_or_create(&label).set(l.epoch);

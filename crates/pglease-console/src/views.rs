@@ -67,18 +67,20 @@ pub struct LeaseCounts {
     pub held: u64,
     pub lapsed: u64,
     pub free: u64,
-    /// Held, lapsing within 10 s unless renewed.
+    /// Held, lapsing within `expiring_within_ms` unless renewed.
     pub expiring: u64,
+    pub expiring_within_ms: u64,
     pub waiting: u64,
 }
 
-impl From<&pglease::LeaseCounts> for LeaseCounts {
-    fn from(c: &pglease::LeaseCounts) -> LeaseCounts {
+impl LeaseCounts {
+    pub fn new(c: &pglease::LeaseCounts, expiring_within: std::time::Duration) -> LeaseCounts {
         LeaseCounts {
             held: c.held,
             lapsed: c.lapsed,
             free: c.free,
             expiring: c.expiring,
+            expiring_within_ms: u64::try_from(expiring_within.as_millis()).unwrap_or(u64::MAX),
             waiting: c.waiting,
         }
     }
