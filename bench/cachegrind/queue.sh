@@ -1,9 +1,12 @@
 #!/bin/bash
 # Server instructions per transaction of pg_lease_queue releases (docs/BENCHMARKS.md, "Instruction
-# counts"), with the current pg_lease: a send, and a cycle of send + claim (the holder's repeated
-# claim) + receive + ack. Run as root on a machine with Debian's PostgreSQL and valgrind:
+# counts"), with the current pg_lease: a send, a cycle of send + claim (the holder's repeated
+# claim) + receive + ack, and a cycle that nacks the batch's first message before the ack (its keys
+# drawn by pgbench from a fixed seed, so that every release runs the same calls). Run as root on a
+# machine with Debian's PostgreSQL and valgrind:
 #
-#   bench/cachegrind/queue.sh [VERSION...]        # default: 0.1.0 0.1.1
+#   bench/cachegrind/queue.sh [VERSION...]        # default: 0.1.0 0.1.1 0.2.0
+#   SCRIPTS="cycle nack" bench/cachegrind/queue.sh 0.1.1 0.2.0
 #
 # As run.sh: a private mirror of the installation with this tree's extension files, the postmaster
 # under cachegrind as nobody, a fresh database per release, script and round (owner and CREATE
@@ -15,7 +18,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 WORK=${WORK:-/tmp/pglease-cg-queue}
 ROUNDS=${ROUNDS:-2}
-VERSIONS=${*:-0.1.0 0.1.1}
+VERSIONS=${*:-0.1.0 0.1.1 0.2.0}
+SCRIPTS=${SCRIPTS:-send cycle nack}
 
 . "$HERE/server.sh"
 cat > "$WORK/send.sql" <<'SQL'
@@ -26,6 +30,16 @@ BEGIN;
 SELECT lease_queue.send('q', 'k' || (random() * 63)::int, '"payload"');
 SELECT epoch FROM lease_queue.claim('q', 0, 'c', '1 hour') \gset
 SELECT batch_id FROM lease_queue.receive('q', 0, 'c', :epoch, 10) LIMIT 1 \gset
+SELECT lease_queue.ack('q', 0, 'c', :epoch, :batch_id);
+END;
+SQL
+cat > "$WORK/nack.sql" <<'SQL'
+\set k random(0, 15)
+BEGIN;
+SELECT lease_queue.send('q', 'k' || :k, '"payload"');
+SELECT epoch FROM lease_queue.claim('q', 0, 'c', '1 hour') \gset
+SELECT batch_id, id FROM lease_queue.receive('q', 0, 'c', :epoch, 10) LIMIT 1 \gset
+SELECT lease_queue.nack('q', 0, 'c', :epoch, :batch_id, :id);
 SELECT lease_queue.ack('q', 0, 'c', :epoch, :batch_id);
 END;
 SQL
@@ -44,11 +58,12 @@ fresh() { # version -> database name
 }
 run() { # database script transactions
     touch "$WORK/mark"; sleep 1
-    "$PG_BIN/pgbench" -n -h "$S" -U bench -M prepared -c 1 -j 1 -t "$3" -f "$WORK/$2.sql" "$1" >/dev/null
+    "$PG_BIN/pgbench" -n -h "$S" -U bench -M prepared -c 1 -j 1 --random-seed=42 -t "$3" \
+        -f "$WORK/$2.sql" "$1" >/dev/null
     sleep 3; instructions
 }
 for round in $(seq "$ROUNDS"); do
-    for s in send cycle; do
+    for s in $SCRIPTS; do
         for v in $VERSIONS; do
             d=$(fresh "$v"); a=$(run "$d" $s 200); b=$(run "$d" $s 1200)
             echo "round=$round version=$v script=$s instructions_per_txn=$(( (b - a) / 1000 ))"

@@ -12,7 +12,12 @@ rm -rf "$WORK"; mkdir -p "$R$PG_BIN" "$R$share/extension" "$(dirname "$R$pkglib"
 cp "$PG_BIN/postgres" "$PG_BIN/initdb" "$R$PG_BIN/"
 ln -s "$pkglib" "$R$pkglib"
 for e in "$share"/*; do [ "$(basename "$e")" = extension ] || ln -s "$e" "$R$share/"; done
-for e in "$share"/extension/*; do ln -s "$e" "$R$share/extension/"; done
+# Every other extension of the installation by link; ours are copied from this tree below (never
+# through a link, which would overwrite the installation's own files, nor mixed with its versions).
+for e in "$share"/extension/*; do
+    case $(basename "$e") in pg_lease.control | pg_lease--* | pg_lease_queue.control | pg_lease_queue--*) continue ;; esac
+    ln -s "$e" "$R$share/extension/"
+done
 for x in pg_lease pg_lease_queue; do
     cp "$EXTS/$x/$x.control" "$EXTS/$x"/sql/"$x"--*.sql "$R$share/extension/"
 done

@@ -182,6 +182,18 @@ const AGGREGATES: &[(&str, &str, &str, &str)] = &[
         "bigint",
         "pg_catalog.int8larger(coalesce($1, $2), $2)",
     ),
+    (
+        "sum",
+        "bigint",
+        "numeric",
+        "pg_catalog.numeric_add(coalesce($1, 0), $2::pg_catalog.numeric)",
+    ),
+    (
+        "count",
+        "text",
+        "bigint",
+        "pg_catalog.int8pl(coalesce($1, 0), 1)",
+    ),
 ];
 
 /// Shadowing operators: (operator, left, right, result, what the real one computes).
@@ -229,6 +241,13 @@ const OPERATORS: &[(&str, &str, &str, &str, &str)] = &[
         "bigint",
         "bigint",
         "pg_catalog.int8mi($1, $2)",
+    ),
+    (
+        "+",
+        "bigint",
+        "bigint",
+        "bigint",
+        "pg_catalog.int8pl($1, $2)",
     ),
     (
         "%",
@@ -377,7 +396,7 @@ const TABLES: &[(&str, &str)] = &[
         "partitions",
         "qid bigint, partition integer, claim_epoch bigint, ttl interval, batch_id bigint, \
          batch_epoch bigint, batch_owner text, batch_opened_at timestamptz, last_batch_id bigint, \
-         last_batch_epoch bigint",
+         last_batch_epoch bigint, acked bigint",
     ),
     (
         "messages",
@@ -866,7 +885,7 @@ pub(crate) async fn exercise_queue_api(app: &Client, admin: &Client, p: &str) {
         )]
     );
     let status = "SELECT queue_name, partition, owner, epoch, batch_id, batch_size, backlog, \
-                         held_back_keys, dead_letters \
+                         held_back_keys, dead_letters, acked \
                     FROM lease_queue.status($1::pg_catalog.text)";
     type Status = (
         String,
@@ -874,6 +893,7 @@ pub(crate) async fn exercise_queue_api(app: &Client, admin: &Client, p: &str) {
         Option<String>,
         Option<i64>,
         Option<i64>,
+        i64,
         i64,
         i64,
         i64,
@@ -895,14 +915,27 @@ pub(crate) async fn exercise_queue_api(app: &Client, admin: &Client, p: &str) {
                     r.get(6),
                     r.get(7),
                     r.get(8),
+                    r.get(9),
                 )
             })
             .filter(|s: &Status| s.0.starts_with(p))
             .collect::<Vec<Status>>()
     };
+    // Acked: 1, 3 and 4 (the first batch, acked twice), then 5 (the third); the dead letter not.
     assert_eq!(
         read_status(Some(qa.clone())).await,
-        [(qa.clone(), 0, Some("c".into()), Some(1), None, 0, 1, 0, 1)]
+        [(
+            qa.clone(),
+            0,
+            Some("c".into()),
+            Some(1),
+            None,
+            0,
+            1,
+            0,
+            1,
+            4
+        )]
     );
     let all: Vec<(String, i32)> = read_status(None)
         .await
@@ -1234,6 +1267,8 @@ const REFUSED_IN_SCHEMA: &[&str] = &[
     "DELETE FROM lease_queue.keys",
     "TRUNCATE lease_queue.messages",
     "SELECT * FROM lease_queue.partitions FOR UPDATE",
+    "UPDATE lease_queue.partitions SET acked = 0",
+    "DROP INDEX lease_queue.messages_held_back",
     "SELECT lease_queue._queue('f', 'q')",
     "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'])",
 ];

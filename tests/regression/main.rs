@@ -20,6 +20,7 @@ mod privileges;
 mod purge;
 mod queue;
 mod queue_install;
+mod queue_upgrade;
 mod readme;
 mod release;
 mod renew;

@@ -121,8 +121,8 @@ async fn a_script_installed_queue_works_for_an_ordinary_role() {
 }
 
 /// In `db`: queue `orders` (2 partitions, max_attempts 1) with key `a`'s messages 1, 2, 3 pending
-/// in partition 0, and a dead letter of key `c` (partition 1), whose partition was claimed at epoch 1
-/// and released.
+/// in partition 0, and a dead letter of key `c` (partition 1) and one acked message of it, whose
+/// partition was claimed at epoch 1 and released.
 async fn make_queue_state(db: &str) {
     let admin = server().connect_as(db, ADMIN).await;
     admin
@@ -167,10 +167,38 @@ async fn make_queue_state(db: &str) {
     admin
         .batch_execute(&format!(
             "SELECT lease_queue.ack('orders', 1, 'w', 1, {batch});
+             SELECT lease_queue.send('orders', 'c', '\"done\"');"
+        ))
+        .await
+        .unwrap();
+    let batch: i64 = admin
+        .query_one(
+            "SELECT batch_id FROM lease_queue.receive('orders', 1, 'w', 1, 100)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .batch_execute(&format!(
+            "SELECT lease_queue.ack('orders', 1, 'w', 1, {batch});
              SELECT lease_queue.release('orders', 1, 'w', 1);"
         ))
         .await
         .unwrap();
+}
+
+/// The acked counters of `orders`' partitions, as status() reports them.
+async fn acked(c: &tokio_postgres::Client) -> Vec<i64> {
+    c.query(
+        "SELECT acked FROM lease_queue.status('orders') ORDER BY partition",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
 }
 
 async fn partition_of(c: &tokio_postgres::Client, key: &str) -> i32 {
@@ -191,9 +219,11 @@ async fn claim(c: &tokio_postgres::Client, partition: i32, owner: &str) -> i64 {
 }
 
 /// What [`make_queue_state`] made, as found in `db`: the dead letter with its reason, key a's
-/// messages in order, and partition 1's next claim above the epoch released before the dump.
+/// messages in order, partition 1's next claim above the epoch released before the dump, and the
+/// partitions' acked counters, which go on counting.
 async fn check_queue_state(db: &str, how: &str) {
     let c = server().connect_as(db, APP).await;
+    assert_eq!(acked(&c).await, [0, 1], "{how}");
     let dead: Vec<(String, Option<String>)> = c
         .query(
             "SELECT payload::text, reason FROM lease_queue.list_dead_letters('orders')",
@@ -237,6 +267,7 @@ async fn check_queue_state(db: &str, how: &str) {
         .unwrap();
     }
     assert_eq!(seen, ["1", "2", "3"], "{how}: key a in order");
+    assert_eq!(acked(&c).await, [3, 1], "{how}");
 }
 
 #[tokio::test]

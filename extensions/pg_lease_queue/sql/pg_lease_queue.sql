@@ -129,6 +129,9 @@ CREATE TABLE lease_queue.queues (
 --                         so a transaction that nacks and then acks locks key rows in key order once)
 --   last_batch_id/epoch   the last batch closed by ack, and the epoch that acked it (a repeated ack
 --                         of it by that epoch succeeds again: safe to retry after a lost answer)
+--   acked                 messages acked in the partition since it was created (or since the update
+--                         to 0.2.0): ack adds the messages its DELETE removed, in the update of this
+--                         row it makes anyway; nothing else changes it (status() shows it)
 -- No column that calls change is indexed: every update is HOT.
 CREATE TABLE lease_queue.partitions (
     qid              bigint NOT NULL,
@@ -142,6 +145,7 @@ CREATE TABLE lease_queue.partitions (
     batch_keys       text[] COLLATE "C",
     last_batch_id    bigint,
     last_batch_epoch bigint,
+    acked            bigint NOT NULL DEFAULT 0,
     CONSTRAINT partitions_pkey PRIMARY KEY (qid, partition)
 ) WITH (fillfactor = 50);
 
@@ -181,6 +185,13 @@ CREATE INDEX messages_unkeyed_due ON lease_queue.messages (qid, partition, deliv
     WHERE key IS NULL AND batch_id IS NULL;
 -- The messages of an open batch.
 CREATE INDEX messages_by_batch ON lease_queue.messages (batch_id) WHERE batch_id IS NOT NULL;
+-- Keyed messages waiting for their retry after a nack, each holding its key back (status counts
+-- their keys). Entries are written by nack (and by an abandoned batch's retried messages): a send,
+-- the commit's stamp and a delivery leave their rows outside it. Of its columns only retry was not
+-- indexed before, and only nack changes it, in an update that changes batch_id too: no update that
+-- was HOT stops being so.
+CREATE INDEX messages_held_back ON lease_queue.messages (qid, partition, key)
+    WHERE retry AND batch_id IS NULL AND key IS NOT NULL;
 
 -- One row per key that has messages (created by the first commit of a message of the key, deleted
 -- when its last message is acked or dead-lettered). Its row lock orders the commits of the key.
@@ -1462,8 +1473,9 @@ $$;
 --
 -- Fenced (LE001/LE002/LE003, as lease.fence; the lease row stays locked FOR SHARE until the caller's
 -- transaction ends, so the holder cannot change before it commits): closes the open batch, which
--- must have been issued to this epoch, deleting its messages. A repeated ack of the batch this epoch
--- closed last succeeds again and changes nothing. LQ002 if batch_id is not the partition's open batch
+-- must have been issued to this epoch, deleting its messages, and adds their number to the
+-- partition's acked counter. A repeated ack of the batch this epoch closed last succeeds again and
+-- changes nothing (the counter included). LQ002 if batch_id is not the partition's open batch
 -- at this epoch; LQ001 no such queue; 22023 on invalid input.
 -- Database writes made earlier in the same transaction commit only if the ack does: the way to
 -- apply a message's effects exactly once.
@@ -1476,6 +1488,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p lease_queue.partitions;
+    v_acked bigint;
 BEGIN
     IF (lease_queue._valid_name(ack.queue)
         AND ack.partition BETWEEN 0 AND 1023
@@ -1503,9 +1516,11 @@ BEGIN
     END IF;
 
     DELETE FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id;
+    GET DIAGNOSTICS v_acked = ROW_COUNT;
     UPDATE lease_queue.partitions AS t
        SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
-           batch_keys = NULL, last_batch_id = p.batch_id, last_batch_epoch = ack.epoch
+           batch_keys = NULL, last_batch_id = p.batch_id, last_batch_epoch = ack.epoch,
+           acked = t.acked + v_acked
      WHERE t.qid = p.qid AND t.partition = p.partition;
     -- Every key the batch held, also those its nacks sent back: one pass, in key order.
     PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
@@ -1913,23 +1928,49 @@ $$;
 -- lease_queue.status(queue DEFAULT NULL) -> SETOF (...)
 --
 -- Per partition of the queue (of every queue if NULL), as of now by the server clock; advisory (no
--- locks): the holder (NULL unless the lease is held), the lease's epoch (the current grant's, or the
--- key's fencing counter when not held; NULL if never claimed) and expiry, the open batch (id, epoch
--- it was issued at, size, opened at), the backlog (messages not in the open batch), when the oldest
--- pending message was enqueued, the keys held back by a failed message awaiting its retry, and the
--- partition's dead letters. The holder, epoch, expiry and the batch's id and epoch only for a role
--- that may consume the queue (NULL for others, who see the counts). Costs a scan of the partition's
--- messages: for operators.
+-- locks):
+--   owner, epoch, expires_at  the holder (NULL unless the lease is held), the lease's epoch (the
+--                             current grant's, or the key's fencing counter when not held; NULL if
+--                             never claimed) and its expiry
+--   batch_id, batch_epoch, batch_size, batch_opened_at   the open batch: its id, the epoch it was
+--                             issued at, its messages, when it was opened
+--   backlog                   the pending messages not in the open batch
+--   oldest_enqueued_at        when the partition's first pending message was enqueued, first in the
+--                             queue's order: of its keyed messages the one first in commit order
+--                             (the lowest position), of its unkeyed ones the one sent first (the
+--                             lowest id); the earlier of the two. The open batch's messages count;
+--                             NULL if nothing is pending. (Since 0.2.0; the earliest enqueued_at of
+--                             all would take a read of every message row: docs/QUEUE.md §2.)
+--   held_back_keys            the keys held back by a failed message awaiting its retry
+--   dead_letters              the partition's dead letters
+--   acked                     the messages acked in the partition (lease_queue.partitions.acked)
+-- The holder, epoch, expiry and the batch's id and epoch only for a role that may consume the queue
+-- (NULL for others); the counts, times and sizes for every role that may call it.
+-- Cost: one index-only pass over the selected queues' entries in messages_by_key (keyed messages)
+-- and messages_unkeyed_due (unkeyed ones outside open batches); per partition an index-only search
+-- of messages_by_key for the key of the first keyed message, in key order, which stops at the
+-- first match (at most one more pass over the partition's entries); index probes for the rest (the
+-- open batch, the first messages' rows, the held-back keys); one pass over the queues' dead letters.
+-- Never a read of every message row: its statements are planned without sequential or bitmap heap
+-- scans. (Entries on pages that vacuum has not yet marked all-visible are checked in the heap, as in
+-- any index-only scan.) Of equal lowest positions (possible after a redrive) the first key counts.
+-- Without JIT compilation: at a million messages the plan's cost crosses jit_above_cost, and
+-- compiling it took longer (~35 ms) than it saved.
 -- ---------------------------------------------------------------------------------------------------
 CREATE FUNCTION lease_queue.status(queue text DEFAULT NULL)
 RETURNS TABLE (queue_name text, partition integer, owner text, epoch bigint, expires_at timestamptz,
                batch_id bigint, batch_epoch bigint, batch_size bigint, batch_opened_at timestamptz,
                backlog bigint, oldest_enqueued_at timestamptz, held_back_keys bigint,
-               dead_letters bigint)
+               dead_letters bigint, acked bigint)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
 AS $$
+DECLARE
+    v_qids bigint[];
 BEGIN
     IF status.queue IS NOT NULL AND lease_queue._valid_name(status.queue) IS NOT TRUE THEN
         PERFORM lease_queue._raise_invalid_input('lease_queue.status',
@@ -1938,32 +1979,72 @@ BEGIN
     IF status.queue IS NOT NULL THEN
         PERFORM lease_queue._queue('lease_queue.status', status.queue);
     END IF;
+    SELECT pg_catalog.array_agg(q.qid) INTO v_qids
+      FROM lease_queue.queues AS q
+     WHERE status.queue IS NULL OR q.name = status.queue;
     RETURN QUERY
-        SELECT q.name::text, p.partition,
+        WITH sel AS MATERIALIZED (
+            -- The queues, and whether the session may see their holders and batches.
+            SELECT q.qid, q.name, lease_queue._may(q.qid, 'consume') AS may
+              FROM lease_queue.queues AS q
+             WHERE q.qid = ANY (v_qids)
+        ), keyed AS MATERIALIZED (
+            -- Per partition: its committed keyed messages, and the lowest position among them.
+            SELECT m.qid, m.partition, pg_catalog.count(*) AS n, pg_catalog.min(m.seq) AS first_seq
+              FROM lease_queue.messages AS m
+             WHERE m.qid = ANY (v_qids) AND m.key IS NOT NULL AND m.seq IS NOT NULL
+             GROUP BY m.qid, m.partition
+        ), unkeyed AS MATERIALIZED (
+            -- Per partition: its unkeyed messages outside the open batch, and the first sent.
+            SELECT m.qid, m.partition, pg_catalog.count(*) AS n, pg_catalog.min(m.id) AS first_id
+              FROM lease_queue.messages AS m
+             WHERE m.qid = ANY (v_qids) AND m.key IS NULL AND m.batch_id IS NULL
+             GROUP BY m.qid, m.partition
+        ), held AS MATERIALIZED (
+            SELECT m.qid, m.partition, pg_catalog.count(DISTINCT m.key) AS n
+              FROM lease_queue.messages AS m
+             WHERE m.qid = ANY (v_qids) AND m.retry AND m.batch_id IS NULL AND m.key IS NOT NULL
+             GROUP BY m.qid, m.partition
+        ), dead AS MATERIALIZED (
+            SELECT d.qid, d.partition, pg_catalog.count(*) AS n
+              FROM lease_queue.dead_letters AS d
+             WHERE d.qid = ANY (v_qids)
+             GROUP BY d.qid, d.partition
+        )
+        SELECT s.name::text, p.partition,
                -- Who holds the partition and its open batch: for roles that may consume the queue.
-               CASE WHEN v.may THEN l.owner END, CASE WHEN v.may THEN l.epoch END,
-               CASE WHEN v.may THEN l.expires_at END,
-               CASE WHEN v.may THEN p.batch_id END, CASE WHEN v.may THEN p.batch_epoch END,
-               (SELECT pg_catalog.count(*) FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id),
-               p.batch_opened_at,
-               m.pending - (SELECT pg_catalog.count(*) FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id),
-               m.oldest, m.held_back,
-               (SELECT pg_catalog.count(*) FROM lease_queue.dead_letters AS d
-                 WHERE d.qid = q.qid AND d.partition = p.partition)
-          FROM lease_queue.queues AS q
-          CROSS JOIN LATERAL (SELECT lease_queue._may(q.qid, 'consume') AS may) AS v
-          JOIN lease_queue.partitions AS p ON p.qid = q.qid
-          LEFT JOIN LATERAL lease.inspect(lease_queue.lease_key(q.name, p.partition)) AS l ON true
+               CASE WHEN s.may THEN l.owner END, CASE WHEN s.may THEN l.epoch END,
+               CASE WHEN s.may THEN l.expires_at END,
+               CASE WHEN s.may THEN p.batch_id END, CASE WHEN s.may THEN p.batch_epoch END,
+               b.size, p.batch_opened_at,
+               -- Pending: the committed keyed messages and the unkeyed ones; the open batch's
+               -- unkeyed messages are not among the latter, its keyed ones are among the former.
+               COALESCE(k.n, 0) + COALESCE(u.n, 0) - b.keyed,
+               -- The first keyed message: its key is found in the index, in key order, stopping
+               -- at the first entry at the lowest position; then its row.
+               LEAST((SELECT pg_catalog.min(x.enqueued_at) FROM lease_queue.messages AS x
+                       WHERE x.qid = p.qid AND x.partition = p.partition AND x.seq = k.first_seq
+                         AND x.key = (SELECT y.key FROM lease_queue.messages AS y
+                                       WHERE y.qid = p.qid AND y.partition = p.partition
+                                         AND y.key IS NOT NULL AND y.seq = k.first_seq
+                                       ORDER BY y.key
+                                       LIMIT 1)),
+                     (SELECT x.enqueued_at FROM lease_queue.messages AS x
+                       WHERE x.id = LEAST(u.first_id, b.first_unkeyed))),
+               COALESCE(h.n, 0), COALESCE(d.n, 0), p.acked
+          FROM sel AS s
+          JOIN lease_queue.partitions AS p ON p.qid = s.qid
+          LEFT JOIN LATERAL lease.inspect(lease_queue.lease_key(s.name, p.partition)) AS l ON true
           CROSS JOIN LATERAL (
-                SELECT pg_catalog.count(*) AS pending, pg_catalog.min(x.enqueued_at) AS oldest,
-                       pg_catalog.count(DISTINCT x.key) FILTER (WHERE x.retry AND x.batch_id IS NULL)
-                           AS held_back
+                SELECT pg_catalog.count(*) AS size, pg_catalog.count(x.key) AS keyed,
+                       pg_catalog.min(x.id) FILTER (WHERE x.key IS NULL) AS first_unkeyed
                   FROM lease_queue.messages AS x
-                 WHERE x.qid = q.qid AND x.partition = p.partition
-                   AND (x.key IS NOT NULL AND x.seq IS NOT NULL
-                        OR x.key IS NULL)) AS m
-         WHERE status.queue IS NULL OR q.name = status.queue
-         ORDER BY q.name, p.partition;
+                 WHERE x.batch_id = p.batch_id) AS b
+          LEFT JOIN keyed AS k ON k.qid = p.qid AND k.partition = p.partition
+          LEFT JOIN unkeyed AS u ON u.qid = p.qid AND u.partition = p.partition
+          LEFT JOIN held AS h ON h.qid = p.qid AND h.partition = p.partition
+          LEFT JOIN dead AS d ON d.qid = p.qid AND d.partition = p.partition
+         ORDER BY s.name, p.partition;
 END
 $$;
 
@@ -1974,7 +2055,7 @@ CREATE FUNCTION lease_queue.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.1.1'::text $$;
+AS $$ SELECT '0.2.0'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Privileges of the functions. Internal helpers: no one but the owner. Administration: the installing

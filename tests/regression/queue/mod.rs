@@ -478,13 +478,14 @@ pub struct Status {
     pub oldest_enqueued_at: Option<SystemTime>,
     pub held_back_keys: i64,
     pub dead_letters: i64,
+    pub acked: i64,
 }
 
 /// `lease_queue.status(queue)`: one row per partition.
 pub async fn status(c: &Client, q: &str) -> Vec<Status> {
     c.query(
         "SELECT queue_name, partition, owner, epoch, expires_at, batch_id, batch_epoch, batch_size, \
-                batch_opened_at, backlog, oldest_enqueued_at, held_back_keys, dead_letters \
+                batch_opened_at, backlog, oldest_enqueued_at, held_back_keys, dead_letters, acked \
            FROM lease_queue.status($1)",
         &[&q],
     )
@@ -506,6 +507,7 @@ pub async fn status(c: &Client, q: &str) -> Vec<Status> {
             oldest_enqueued_at: r.get(10),
             held_back_keys: r.get(11),
             dead_letters: r.get(12),
+            acked: r.get(13),
         }
     })
     .collect()

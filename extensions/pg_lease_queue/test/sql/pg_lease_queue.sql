@@ -17,7 +17,7 @@ SELECT batch_id AS batch FROM lease_queue.status('smoke') \gset
 SELECT lease_queue.ack('smoke', 0, 'worker-a', 2, :batch);
 \set VERBOSITY default
 SELECT lease_queue.ack('smoke', 0, 'worker-a', 1, :batch);
-SELECT partition, owner, epoch, batch_id IS NULL AS no_open_batch, backlog, dead_letters
+SELECT partition, owner, epoch, batch_id IS NULL AS no_open_batch, backlog, dead_letters, acked
   FROM lease_queue.status('smoke');
 SELECT lease_queue.release('smoke', 0, 'worker-a', 1);
 SELECT lease_queue.drop_queue('smoke');
