@@ -125,13 +125,15 @@ function leaseRow(l) {
     el("td", { class: "waiting" }, l.waiting ? "yes" : ""));
 }
 
-function renderLeases(d, root) {
-  const c = d.counts;
-  const form = el("form", { class: "filters", onsubmit: (e) => {
+// The filter form: drawn once per page, outside what each push redraws, so that what the
+// operator types or picks is not taken away by the next push.
+function leaseFilters() {
+  return el("form", { class: "filters", onsubmit: (e) => {
       e.preventDefault();
       const f = new FormData(e.target);
       const q = new URLSearchParams();
       for (const [k, v] of f) if (v) q.set(k, v);
+      if (params.get("limit")) q.set("limit", params.get("limit"));
       location.search = q.toString();
     } },
     el("label", {}, "prefix ", el("input", { name: "prefix", value: params.get("prefix") || "" })),
@@ -140,6 +142,13 @@ function renderLeases(d, root) {
       ["all", "held", "lapsed", "free"].map((s) =>
         el("option", { value: s, selected: (params.get("state") || "all") === s }, s)))),
     el("button", { type: "submit" }, "Filter"));
+}
+
+function renderLeases(d, root) {
+  const c = d.counts;
+  if (!root.querySelector("form.filters")) {
+    root.replaceChildren(el("div", { id: "lease-counts" }), leaseFilters(), el("div", { id: "lease-list" }));
+  }
   const pager = el("p", { class: "pager" },
     params.get("after") ? link("/leases", withParams({ after: "" }), "« first page") : null, " ",
     d.next_after ? link("/leases", withParams({ after: d.next_after }), "next page »") : null);
@@ -149,14 +158,14 @@ function renderLeases(d, root) {
         if (older) act("/api/purge", { older_than: older }, "Purge keys free or lapsed for longer than " + older + "?");
       })
     : null;
-  root.replaceChildren(
+  root.querySelector("#lease-counts").replaceChildren(
     el("p", { class: "counts" },
       el("span", { id: "count-held" }, c.held + " held"), " · ",
       el("span", { id: "count-lapsed" }, c.lapsed + " lapsed"), " · ",
       el("span", { id: "count-free" }, c.free + " free"), " · ",
       el("span", {}, c.expiring + " expiring within 10 s"), " · ",
-      el("span", {}, c.waiting + " waited for"), " ", purge),
-    form,
+      el("span", {}, c.waiting + " waited for"), " ", purge));
+  root.querySelector("#lease-list").replaceChildren(
     table(["key", "state", "holder", "epoch", "expires", "data", "waiting"],
       d.items.map(leaseRow), "leases"),
     pager);
