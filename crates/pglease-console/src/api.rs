@@ -202,12 +202,22 @@ pub struct LeaseFilter {
     pub after: Option<String>,
     pub state: Option<String>,
     pub owner: Option<String>,
-    pub limit: Option<u32>,
+    /// Text, parsed by [`LeaseFilter::query`]: the event stream's parameters flatten this struct,
+    /// and serde hands a flattened field only strings (a `u32` here refused every `limit=`).
+    pub limit: Option<String>,
 }
 
 impl LeaseFilter {
     pub fn query(&self) -> Result<pglease::BrowseQuery, DbError> {
-        let mut q = pglease::BrowseQuery::new().limit(self.limit.unwrap_or(50).clamp(1, 1000));
+        let limit = match self.limit.as_deref().map(str::trim) {
+            None | Some("") => 50,
+            Some(text) => text.parse::<u32>().map_err(|_| {
+                DbError::Invalid(format!(
+                    "limit must be a number of keys, 1 to 1000 (got {text:?})"
+                ))
+            })?,
+        };
+        let mut q = pglease::BrowseQuery::new().limit(limit.clamp(1, 1000));
         if let Some(p) = self.prefix.as_deref().filter(|p| !p.is_empty()) {
             q = q.prefix(p);
         }
