@@ -119,8 +119,10 @@ async fn under_a_base_path_the_page_and_the_api_are_there_and_not_at_the_root() 
     ] {
         crate::http::get(&addr, path).expect(200);
     }
-    let info = crate::http::get(&addr, "/pglease/api/info");
-    info.expect(200);
+    let bare = crate::http::get(&addr, "/pglease");
+    bare.expect(308);
+    assert_eq!(bare.header("location"), Some("/pglease/"));
+    crate::http::get(&addr, "/pglease/api/info").expect(200);
     for path in [
         "/",
         "/leases",
