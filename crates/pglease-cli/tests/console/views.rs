@@ -214,3 +214,25 @@ async fn the_elections_view_shows_the_leader_its_term_and_data() {
     assert!(since.as_str().is_some_and(|s| s.ends_with(" s")), "{since}");
     b.screenshot("").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_without_pg_lease_queue_has_no_queue_rather_than_an_error() {
+    let case = Case::new("console_no_queue_extension");
+    let ui = Ui::start(&case, &[]);
+    let r = ui.get("api/queues");
+    r.expect(200);
+    assert_eq!(r.json(), json!({ "items": [] }));
+    let b = Browser::new("queues-none").await;
+    b.goto(&ui.at("queues")).await;
+    until("No queue.", || async {
+        let v = b
+            .js(
+                "return [document.getElementById('view').textContent,
+                         document.getElementById('notice').hidden];",
+                vec![],
+            )
+            .await;
+        if v == json!(["No queue.", true]) { Ok(()) } else { Err(v) }
+    })
+    .await;
+}
