@@ -322,10 +322,23 @@ impl Db {
         .await
     }
 
-    /// Every queue with its partitions (`lease_queue.status`).
+    /// Every queue with its partitions (`lease_queue.status`); none in a database without
+    /// pg_lease_queue (it is optional: the leases, the page and the metrics work without it).
     pub async fn queues(&self) -> Result<Vec<QueueRow>, DbError> {
         let t = self.timeout;
         self.within(false, async |tx| {
+            let installed: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension
+                                     WHERE extname = 'pg_lease_queue')",
+                    &[],
+                )
+                .await
+                .map_err(|e| DbError::from_pg(e, t))?
+                .get(0);
+            if !installed {
+                return Ok(Vec::new());
+            }
             let queues = tx
                 .query(
                     "SELECT queue_name, partitions, max_attempts, notify, created_at

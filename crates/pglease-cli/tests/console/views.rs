@@ -232,7 +232,11 @@ async fn a_database_without_pg_lease_queue_has_no_queue_rather_than_an_error() {
                 vec![],
             )
             .await;
-        if v == json!(["No queue.", true]) { Ok(()) } else { Err(v) }
+        if v == json!(["No queue.", true]) {
+            Ok(())
+        } else {
+            Err(v)
+        }
     })
     .await;
 }
