@@ -258,7 +258,10 @@ impl LeaseFilter {
 }
 
 pub async fn lease_page(state: &State, filter: &LeaseFilter) -> Result<LeasePage, DbError> {
-    state.db.leases(&filter.query()?).await
+    state
+        .db
+        .leases(&filter.query()?, state.expiring_within)
+        .await
 }
 
 async fn leases(
@@ -301,7 +304,10 @@ async fn elections(Extract(state): Extract<Arc<State>>) -> Response {
 /// Every queue with its partitions and its consumed/s chart (which this read samples).
 pub async fn queue_rows(state: &State) -> Result<Vec<QueueRow>, DbError> {
     let mut rows = state.db.queues().await?;
-    let acked: Vec<(String, i64)> = rows.iter().map(|q| (q.name.clone(), q.acked())).collect();
+    let acked: Vec<(String, i64)> = rows
+        .iter()
+        .filter_map(|q| Some((q.name.clone(), q.acked()?)))
+        .collect();
     let mut rates = state.sampler.record(Instant::now(), &acked);
     for q in &mut rows {
         q.consumed_per_s = rates.remove(&q.name).unwrap_or_default();

@@ -166,15 +166,20 @@ impl Db {
         .await
     }
 
-    /// One page of leases (`lease.browse`) and the counts of every state (`lease.summary`).
-    pub async fn leases(&self, q: &pglease::BrowseQuery) -> Result<LeasePage, DbError> {
+    /// One page of leases (`lease.browse`) and the counts of every state (`lease.summary`, held
+    /// leases lapsing within `expiring_within` counted as expiring).
+    pub async fn leases(
+        &self,
+        q: &pglease::BrowseQuery,
+        expiring_within: Duration,
+    ) -> Result<LeasePage, DbError> {
         let t = self.timeout;
         let limit = q.get_limit() as usize;
         self.within(false, async |tx| {
             let rows = pglease::browse(&**tx, q)
                 .await
                 .map_err(|e| DbError::from_lease(e, t))?;
-            let counts = pglease::summary(&**tx, Duration::from_secs(10))
+            let counts = pglease::summary(&**tx, expiring_within)
                 .await
                 .map_err(|e| DbError::from_lease(e, t))?;
             let now = db_now(tx, t).await?;
@@ -189,7 +194,7 @@ impl Db {
                     .map(|r| LeaseRow::from_browsed(r, now))
                     .collect(),
                 next_after,
-                counts: LeaseCounts::from(&counts),
+                counts: LeaseCounts::new(&counts, expiring_within),
             })
         })
         .await
@@ -322,15 +327,14 @@ impl Db {
         .await
     }
 
-    /// Every queue with its partitions (`lease_queue.status`); none in a database without
-    /// pg_lease_queue (it is optional: the leases, the page and the metrics work without it).
+    /// Every queue with its partitions (`lease_queue.status`); none where pg_lease_queue is not
+    /// installed.
     pub async fn queues(&self) -> Result<Vec<QueueRow>, DbError> {
         let t = self.timeout;
         self.within(false, async |tx| {
             let installed: bool = tx
                 .query_one(
-                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension
-                                     WHERE extname = 'pg_lease_queue')",
+                    "SELECT pg_catalog.to_regprocedure('lease_queue.status(text)') IS NOT NULL",
                     &[],
                 )
                 .await
@@ -349,10 +353,13 @@ impl Db {
                 .map_err(|e| DbError::from_pg(e, t))?;
             let parts = tx
                 .query(
-                    "SELECT queue_name, partition, owner, epoch, expires_at, batch_id,
-                            batch_size, batch_opened_at, backlog, oldest_enqueued_at,
-                            held_back_keys, dead_letters, acked
-                       FROM lease_queue.status(NULL)",
+                    // `acked` came with pg_lease_queue 0.2.0: read by name through a row
+                    // value, so that an older queue extension shows no rate, not an error.
+                    "SELECT s.queue_name, s.partition, s.owner, s.epoch, s.expires_at, s.batch_id,
+                            s.batch_size, s.batch_opened_at, s.backlog, s.oldest_enqueued_at,
+                            s.held_back_keys, s.dead_letters,
+                            (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'acked')::bigint
+                       FROM lease_queue.status(NULL) AS s",
                     &[],
                 )
                 .await

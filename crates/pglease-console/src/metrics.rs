@@ -192,9 +192,11 @@ async fn render(state: &State) -> Result<String, DbError> {
             oldest
                 .get_or_create(&l)
                 .set(p.oldest_age_ms.map_or(0.0, |ms| ms.max(0) as f64 / 1000.0));
-            acked
-                .get_or_create(&l)
-                .inc_by(u64::try_from(p.acked).unwrap_or(0));
+            if let Some(n) = p.acked {
+                acked
+                    .get_or_create(&l)
+                    .inc_by(u64::try_from(n).unwrap_or(0));
+            }
         }
     }
     r.register(
@@ -243,7 +245,7 @@ async fn render(state: &State) -> Result<String, DbError> {
         let epoch = Family::<KeyLabel, Gauge>::default();
         for prefix in &state.metric_key_prefixes {
             let q = pglease::BrowseQuery::new().prefix(prefix).limit(1000);
-            let page = state.db.leases(&q).await?;
+            let page = state.db.leases(&q, state.expiring_within).await?;
             for l in page.items {
                 let label = KeyLabel { key: l.key };
                 epoch.get_or_create(&label).set(l.epoch);

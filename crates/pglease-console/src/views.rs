@@ -67,18 +67,20 @@ pub struct LeaseCounts {
     pub held: u64,
     pub lapsed: u64,
     pub free: u64,
-    /// Held, lapsing within 10 s unless renewed.
+    /// Held, lapsing within `expiring_within_ms` unless renewed.
     pub expiring: u64,
+    pub expiring_within_ms: u64,
     pub waiting: u64,
 }
 
-impl From<&pglease::LeaseCounts> for LeaseCounts {
-    fn from(c: &pglease::LeaseCounts) -> LeaseCounts {
+impl LeaseCounts {
+    pub fn new(c: &pglease::LeaseCounts, expiring_within: std::time::Duration) -> LeaseCounts {
         LeaseCounts {
             held: c.held,
             lapsed: c.lapsed,
             free: c.free,
             expiring: c.expiring,
+            expiring_within_ms: u64::try_from(expiring_within.as_millis()).unwrap_or(u64::MAX),
             waiting: c.waiting,
         }
     }
@@ -211,8 +213,8 @@ impl QueueRow {
         }
     }
 
-    /// Messages acked in the queue so far (the partitions' counters).
-    pub fn acked(&self) -> i64 {
+    /// Messages acked in the queue so far (the partitions' counters), if the extension counts.
+    pub fn acked(&self) -> Option<i64> {
         self.partitions.iter().map(|p| p.acked).sum()
     }
 }
@@ -234,7 +236,8 @@ pub struct PartitionRow {
     pub oldest_age_ms: Option<i64>,
     pub held_back_keys: i64,
     pub dead_letters: i64,
-    pub acked: i64,
+    /// Messages acked in the partition (absent before pg_lease_queue 0.2.0).
+    pub acked: Option<i64>,
 }
 
 /// A dead letter (`GET /api/queues/{queue}/dead-letters`).

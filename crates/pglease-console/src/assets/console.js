@@ -163,7 +163,7 @@ function renderLeases(d, root) {
       el("span", { id: "count-held" }, c.held + " held"), " · ",
       el("span", { id: "count-lapsed" }, c.lapsed + " lapsed"), " · ",
       el("span", { id: "count-free" }, c.free + " free"), " · ",
-      el("span", {}, c.expiring + " expiring within 10 s"), " · ",
+      el("span", {}, c.expiring + " expiring within " + human(c.expiring_within_ms)), " · ",
       el("span", {}, c.waiting + " waited for"), " ", purge));
   root.querySelector("#lease-list").replaceChildren(
     table(["key", "state", "holder", "epoch", "expires", "data", "waiting"],
