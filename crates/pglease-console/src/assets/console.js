@@ -29,6 +29,12 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// Replaces `parent`'s children with `children`, leaving out null and undefined (which
+// replaceChildren would show as the text "null").
+function fill(parent, ...children) {
+  parent.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+
 function table(headers, rows, cls) {
   return el("table", { class: cls },
     el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
@@ -302,7 +308,7 @@ function renderQueue(d, root) {
   const redriveKey = (key) => button("Redrive", "action redrive", () =>
     act("/api/queues/" + encodeURIComponent(name) + "/redrive", { key },
       "Put the dead letters of key " + (key === null ? "(unkeyed)" : key) + " back into " + name + "?"));
-  root.replaceChildren(
+  fill(root,
     queueCard(q),
     el("h3", {}, "Dead letters (oldest first)"),
     d.dead_letters_hidden
