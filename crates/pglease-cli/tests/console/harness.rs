@@ -323,8 +323,13 @@ impl Browser {
         }
     }
 
-    /// Writes a PNG of the window to the screenshots directory as `<name>[-suffix].png`.
+    /// Writes a PNG of the window to the screenshots directory as `<name>[-suffix].png`, after
+    /// checking that the view shows no JavaScript `null`, `undefined` or `NaN` as text.
     pub async fn screenshot(&self, suffix: &str) -> PathBuf {
+        let text = self.text("#view").await.unwrap_or_default();
+        for bad in ["null", "undefined", "NaN"] {
+            assert!(!text.contains(bad), "the view shows {bad:?}: {text:?}");
+        }
         let png = self.client.screenshot().await.expect("a screenshot");
         let name = if suffix.is_empty() {
             format!("{}.png", self.name)

@@ -18,5 +18,6 @@ mod leases;
 mod live;
 mod metrics;
 mod queues;
+mod screenshot;
 mod security;
 mod views;
