@@ -12,11 +12,19 @@ use crate::common::{Case, major, send_signal};
 use crate::harness::{clean_command, until};
 use crate::http;
 
-/// The demo process: killed if the test ends first.
+/// The demo process: interrupted if the test ends first (as Ctrl-C would: its private server is
+/// removed then), killed if that does not end it within 30 s.
 struct Demo(std::process::Child);
 
 impl Drop for Demo {
     fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            send_signal(self.0.id() as i32, libc::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
