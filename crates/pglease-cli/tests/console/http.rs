@@ -71,6 +71,12 @@ impl Request {
         self
     }
 
+    /// A body as it is (set its Content-Type with [`Request::header`]).
+    pub fn body(mut self, body: &str) -> Request {
+        self.body = Some(body.to_owned());
+        self
+    }
+
     /// A JSON body (with its Content-Type).
     pub fn json(mut self, body: &serde_json::Value) -> Request {
         self.body = Some(body.to_string());

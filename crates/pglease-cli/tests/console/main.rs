@@ -10,6 +10,7 @@
 #[allow(dead_code)]
 mod common;
 
+mod actions;
 mod bounded;
 mod demo;
 mod harness;
@@ -18,6 +19,7 @@ mod leases;
 mod live;
 mod metrics;
 mod queues;
+mod safety;
 mod screenshot;
 mod security;
 mod views;
