@@ -344,6 +344,33 @@ function streamUrl() {
   return base + "/api/events?" + q.toString();
 }
 
+// A redraw replaces the view's elements: one under a pressed pointer would take the button being
+// clicked away between press and release, and the click would be lost. While a pointer is down,
+// the latest push waits, and is drawn once the click (which follows the release) has run.
+let pressed = false;
+let pending = null;
+
+function draw(data) {
+  renderers[view](data, document.getElementById("view"));
+  body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
+  tick();
+}
+
+function released() {
+  pressed = false;
+  setTimeout(() => {
+    if (pressed || pending === null) return;
+    const data = pending;
+    pending = null;
+    draw(data);
+  }, 0);
+}
+
+document.addEventListener("pointerdown", () => { pressed = true; }, true);
+document.addEventListener("pointerup", released, true);
+document.addEventListener("pointercancel", released, true);
+window.addEventListener("blur", () => { if (pressed) released(); });
+
 function connect() {
   source = new EventSource(streamUrl());
   source.addEventListener("view", (e) => {
@@ -351,9 +378,9 @@ function connect() {
     lastUpdate = received;
     const n = document.getElementById("notice");
     if (n.className === "stale") notice("");
-    renderers[view](JSON.parse(e.data), document.getElementById("view"));
-    body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
-    tick();
+    const data = JSON.parse(e.data);
+    if (pressed) pending = data;
+    else draw(data);
   });
   source.addEventListener("notice", (e) => {
     const d = JSON.parse(e.data);
