@@ -165,3 +165,40 @@ async fn under_a_base_path_the_page_and_the_api_are_there_and_not_at_the_root() 
         .await;
     assert_eq!(key_link, json!("/pglease/lease?key=proxied%2Fkey"));
 }
+
+#[test]
+fn under_a_base_path_the_login_page_and_its_redirects_stay_under_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let case = Case::new("console_base_login");
+    let token = "0123456789abcdef0123456789abcdef";
+    let file = case.file("token");
+    std::fs::write(&file, token).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ui = Ui::start(
+        &case,
+        &[
+            "--base-path",
+            "/pglease",
+            "--token-file",
+            file.to_str().unwrap(),
+        ],
+    );
+    let addr = ui.addr();
+    let to_login = crate::http::get(&addr, "/pglease/leases");
+    to_login.expect(303);
+    assert_eq!(to_login.header("location"), Some("/pglease/login"));
+    crate::http::get(&addr, "/pglease/login").expect(200);
+    let signed_in = crate::http::request(&addr, "POST", "/pglease/login")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(&format!("token={token}"))
+        .send();
+    signed_in.expect(303);
+    let landing = signed_in.header("location").unwrap().to_owned();
+    assert_eq!(landing, "/pglease/");
+    let cookie = signed_in.header("set-cookie").unwrap().to_owned();
+    assert!(cookie.contains("Path=/pglease"), "{cookie}");
+    crate::http::request(&addr, "GET", &landing)
+        .header("Cookie", cookie.split(';').next().unwrap())
+        .send()
+        .expect(200);
+}

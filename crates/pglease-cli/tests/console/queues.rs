@@ -213,7 +213,7 @@ async fn the_queues_view_shows_each_partition_as_sql_left_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_and_force_release_clicked_in_the_page_change_the_queue() {
     let o = Orders::new("console_queue_actions");
-    let ui = Ui::start(&o.case, &["--allow-actions"]);
+    let ui = Ui::start(&o.case, &["--allow-actions", "--show-payloads"]);
     let b = Browser::new("queue-actions").await;
     b.goto(&ui.at("queue?queue=orders")).await;
     until("the dead letter's Redrive button", || async {
@@ -221,6 +221,8 @@ async fn redrive_and_force_release_clicked_in_the_page_change_the_queue() {
         if n == 1 { Ok(()) } else { Err(n) }
     })
     .await;
+    let payload = b.text("tr[data-dead-letter] td.payload").await;
+    assert_eq!(payload.as_deref(), Some(r#"{"card":"4111"}"#), "--show-payloads");
     b.click("tr[data-dead-letter] button.action.redrive").await;
     let question = accept_confirm(&b).await;
     assert!(question.contains("bad"), "{question}");
