@@ -222,7 +222,11 @@ async fn redrive_and_force_release_clicked_in_the_page_change_the_queue() {
     })
     .await;
     let payload = b.text("tr[data-dead-letter] td.payload").await;
-    assert_eq!(payload.as_deref(), Some(r#"{"card":"4111"}"#), "--show-payloads");
+    assert_eq!(
+        payload.as_deref(),
+        Some(r#"{"card":"4111"}"#),
+        "--show-payloads"
+    );
     b.click("tr[data-dead-letter] button.action.redrive").await;
     let question = accept_confirm(&b).await;
     assert!(question.contains("bad"), "{question}");
