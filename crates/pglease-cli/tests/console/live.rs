@@ -170,3 +170,59 @@ async fn pause_stops_the_updates_and_resume_restarts_them() {
     .await;
     assert_eq!(b.text("#live").await.as_deref(), Some("Pause"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_selected_in_the_view_stays_selected_until_the_operator_lets_go_of_it() {
+    let case = Case::new("console_selection");
+    epoch_of(&case, "lease.acquire('copy/me', 'w', '1 hour')");
+    let ui = Ui::start(&case, &["--refresh", "200ms"]);
+    let b = Browser::new("selection").await;
+    b.goto(&ui.at("leases")).await;
+    until("the key", || async {
+        let r = rows(&b).await;
+        if r.len() == 1 { Ok(()) } else { Err(r) }
+    })
+    .await;
+    // The operator selects the key, to copy it.
+    let selected = b
+        .js(
+            "const a = document.querySelector('tr[data-key=\"copy/me\"] td.key a');
+             const range = document.createRange();
+             range.selectNodeContents(a);
+             const s = document.getSelection();
+             s.removeAllRanges();
+             s.addRange(range);
+             return s.toString();",
+            vec![],
+        )
+        .await;
+    assert_eq!(selected, json!("copy/me"));
+    epoch_of(&case, "lease.acquire('copy/later', 'w', '1 hour')");
+    let api = ui.get("api/leases").json();
+    assert!(api["items"].to_string().contains("copy/later"), "{api}");
+    // Ten refresh periods: the selection stays (an absence of change, observed over time).
+    let window = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < window {
+        let now = b
+            .js("return document.getSelection().toString();", vec![])
+            .await;
+        assert_eq!(
+            now,
+            json!("copy/me"),
+            "the selection was taken away by an update"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Let go: the view catches up.
+    b.js("document.getSelection().removeAllRanges();", vec![])
+        .await;
+    until("the view to show the new key", || async {
+        let k: Vec<_> = rows(&b).await.into_iter().map(|r| r.key).collect();
+        if k == ["copy/later", "copy/me"] {
+            Ok(())
+        } else {
+            Err(k)
+        }
+    })
+    .await;
+}
