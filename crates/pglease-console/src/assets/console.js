@@ -344,42 +344,57 @@ function streamUrl() {
   return base + "/api/events?" + q.toString();
 }
 
-// A redraw replaces the view's elements: one under a pressed pointer would take the button being
-// clicked away between press and release, and the click would be lost. While a pointer is down,
-// the latest push waits, and is drawn once the click (which follows the release) has run.
+// A redraw replaces the view's elements. Under a pressed pointer it would take the button being
+// clicked away between press and release (the click would be lost), and it would take away text
+// the operator selected (to copy a key, say). While a pointer is down or text in the view is
+// selected, the latest push waits; it is drawn once the click has run or the selection is gone.
 let pressed = false;
 let pending = null;
 
 function draw(data) {
+  lastUpdate = received;
   renderers[view](data, document.getElementById("view"));
   body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
   tick();
 }
 
-function released() {
-  pressed = false;
+function selecting() {
+  const s = document.getSelection();
+  return !!s && !s.isCollapsed && !!s.anchorNode && document.getElementById("view").contains(s.anchorNode);
+}
+
+function holding() {
+  return pressed || selecting();
+}
+
+function flush() {
   setTimeout(() => {
-    if (pressed || pending === null) return;
+    if (holding() || pending === null) return;
     const data = pending;
     pending = null;
     draw(data);
   }, 0);
 }
 
+function released() {
+  pressed = false;
+  flush();
+}
+
 document.addEventListener("pointerdown", () => { pressed = true; }, true);
 document.addEventListener("pointerup", released, true);
 document.addEventListener("pointercancel", released, true);
+document.addEventListener("selectionchange", () => { if (pending !== null) flush(); });
 window.addEventListener("blur", () => { if (pressed) released(); });
 
 function connect() {
   source = new EventSource(streamUrl());
   source.addEventListener("view", (e) => {
     received = Date.now();
-    lastUpdate = received;
     const n = document.getElementById("notice");
     if (n.className === "stale") notice("");
     const data = JSON.parse(e.data);
-    if (pressed) pending = data;
+    if (holding()) pending = data;
     else draw(data);
   });
   source.addEventListener("notice", (e) => {
