@@ -119,7 +119,7 @@ say "PostgreSQL versions under test: $(echo $versions)"
 # shellcheck disable=SC2086
 "$pgcluster" fetch $versions
 
-say "unit and crate tests: pglease, pglease-queue, pglease-cli, pgcluster (silent: 3-5 min)"
+say "unit and crate tests: pglease, pglease-queue, pglease-console, pglease-cli (with the console in Chromium), pgcluster (silent: 3-6 min)"
 bounded 20m cargo test --workspace --exclude pglease-tests --quiet
 
 for v in $versions; do

@@ -19,37 +19,52 @@ use crate::db::DbError;
 use crate::views::{LeasePage, QueueRow};
 use crate::{live, metrics, page};
 
+/// Every route, under the base path (each path prefixed with it rather than a nested router: a
+/// nested router's `/` answers only at `/base`, and the URL `pglease ui` prints, `/base/`, was a
+/// 404). `/base` itself redirects to `/base/`.
 pub fn routes(state: Arc<State>) -> Router {
-    let router = if state.metrics_only {
-        Router::new().route("/metrics", get(metrics::scrape))
+    let base = state.base_path.clone();
+    let at = |path: &str| format!("{base}{path}");
+    let mut router = if state.metrics_only {
+        Router::new().route(&at("/metrics"), get(metrics::scrape))
     } else {
         Router::new()
-            .route("/", get(page::leases))
-            .route("/leases", get(page::leases))
-            .route("/lease", get(page::lease))
-            .route("/semaphores", get(page::semaphores))
-            .route("/elections", get(page::elections))
-            .route("/queues", get(page::queues))
-            .route("/queue", get(page::queue))
-            .route("/login", get(page::login).post(login))
-            .route("/assets/console.js", get(page::script))
-            .route("/assets/console.css", get(page::style))
-            .route("/api/info", get(info))
-            .route("/api/leases", get(leases))
-            .route("/api/lease", get(lease))
-            .route("/api/semaphores", get(semaphores))
-            .route("/api/elections", get(elections))
-            .route("/api/queues", get(queues))
-            .route("/api/queues/{queue}/dead-letters", get(dead_letters))
-            .route("/api/queues/{queue}/redrive", post(redrive))
+            .route(&at("/"), get(page::leases))
+            .route(&at("/leases"), get(page::leases))
+            .route(&at("/lease"), get(page::lease))
+            .route(&at("/semaphores"), get(page::semaphores))
+            .route(&at("/elections"), get(page::elections))
+            .route(&at("/queues"), get(page::queues))
+            .route(&at("/queue"), get(page::queue))
+            .route(&at("/login"), get(page::login).post(login))
+            .route(&at("/assets/console.js"), get(page::script))
+            .route(&at("/assets/console.css"), get(page::style))
+            .route(&at("/api/info"), get(info))
+            .route(&at("/api/leases"), get(leases))
+            .route(&at("/api/lease"), get(lease))
+            .route(&at("/api/semaphores"), get(semaphores))
+            .route(&at("/api/elections"), get(elections))
+            .route(&at("/api/queues"), get(queues))
+            .route(&at("/api/queues/{queue}/dead-letters"), get(dead_letters))
+            .route(&at("/api/queues/{queue}/redrive"), post(redrive))
             .route(
-                "/api/queues/{queue}/partitions/{partition}/force-release",
+                &at("/api/queues/{queue}/partitions/{partition}/force-release"),
                 post(force_release),
             )
-            .route("/api/purge", post(purge))
-            .route("/api/events", get(live::events))
-            .route("/metrics", get(metrics::scrape))
+            .route(&at("/api/purge"), post(purge))
+            .route(&at("/api/events"), get(live::events))
+            .route(&at("/metrics"), get(metrics::scrape))
     };
+    if !base.is_empty() && !state.metrics_only {
+        let to = format!("{base}/");
+        router = router.route(
+            &base,
+            get(move || {
+                let to = to.clone();
+                async move { Redirect::permanent(&to) }
+            }),
+        );
+    }
     router
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::map_response(security_headers))
@@ -202,12 +217,22 @@ pub struct LeaseFilter {
     pub after: Option<String>,
     pub state: Option<String>,
     pub owner: Option<String>,
-    pub limit: Option<u32>,
+    /// Text, parsed by [`LeaseFilter::query`]: the event stream's parameters flatten this struct,
+    /// and serde hands a flattened field only strings (a `u32` here refused every `limit=`).
+    pub limit: Option<String>,
 }
 
 impl LeaseFilter {
     pub fn query(&self) -> Result<pglease::BrowseQuery, DbError> {
-        let mut q = pglease::BrowseQuery::new().limit(self.limit.unwrap_or(50).clamp(1, 1000));
+        let limit = match self.limit.as_deref().map(str::trim) {
+            None | Some("") => 50,
+            Some(text) => text.parse::<u32>().map_err(|_| {
+                DbError::Invalid(format!(
+                    "limit must be a number of keys, 1 to 1000 (got {text:?})"
+                ))
+            })?,
+        };
+        let mut q = pglease::BrowseQuery::new().limit(limit.clamp(1, 1000));
         if let Some(p) = self.prefix.as_deref().filter(|p| !p.is_empty()) {
             q = q.prefix(p);
         }

@@ -102,12 +102,7 @@ impl Console {
 
     /// The console's routes, under its base path.
     pub fn router(&self) -> Router {
-        let routes = api::routes(self.state.clone());
-        if self.state.base_path.is_empty() {
-            routes
-        } else {
-            Router::new().nest(&self.state.base_path, routes)
-        }
+        api::routes(self.state.clone())
     }
 
     /// Serves the console on `listener` until `shutdown` completes (open event streams are ended

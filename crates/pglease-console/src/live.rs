@@ -128,3 +128,24 @@ fn stream(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::extract::Query;
+
+    use super::EventParams;
+
+    #[test]
+    fn the_stream_takes_the_lease_filters_of_the_page_url_limit_included() {
+        let uri = "/api/events?view=leases&prefix=a%2F&state=held&limit=2"
+            .parse()
+            .unwrap();
+        let Query(p) = Query::<EventParams>::try_from_uri(&uri).expect("parameters");
+        assert_eq!(p.view, "leases");
+        assert_eq!(p.filter.prefix.as_deref(), Some("a/"));
+        assert_eq!(p.filter.query().expect("a query").get_limit(), 2);
+        let uri = "/api/events?view=leases&limit=many".parse().unwrap();
+        let Query(p) = Query::<EventParams>::try_from_uri(&uri).expect("parameters");
+        assert!(p.filter.query().is_err(), "an invalid limit is refused");
+    }
+}

@@ -29,6 +29,12 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// Replaces `parent`'s children with `children`, leaving out null and undefined (which
+// replaceChildren would show as the text "null").
+function fill(parent, ...children) {
+  parent.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+
 function table(headers, rows, cls) {
   return el("table", { class: cls },
     el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
@@ -125,13 +131,15 @@ function leaseRow(l) {
     el("td", { class: "waiting" }, l.waiting ? "yes" : ""));
 }
 
-function renderLeases(d, root) {
-  const c = d.counts;
-  const form = el("form", { class: "filters", onsubmit: (e) => {
+// The filter form: drawn once per page, outside what each push redraws, so that what the
+// operator types or picks is not taken away by the next push.
+function leaseFilters() {
+  return el("form", { class: "filters", onsubmit: (e) => {
       e.preventDefault();
       const f = new FormData(e.target);
       const q = new URLSearchParams();
       for (const [k, v] of f) if (v) q.set(k, v);
+      if (params.get("limit")) q.set("limit", params.get("limit"));
       location.search = q.toString();
     } },
     el("label", {}, "prefix ", el("input", { name: "prefix", value: params.get("prefix") || "" })),
@@ -140,6 +148,13 @@ function renderLeases(d, root) {
       ["all", "held", "lapsed", "free"].map((s) =>
         el("option", { value: s, selected: (params.get("state") || "all") === s }, s)))),
     el("button", { type: "submit" }, "Filter"));
+}
+
+function renderLeases(d, root) {
+  const c = d.counts;
+  if (!root.querySelector("form.filters")) {
+    root.replaceChildren(el("div", { id: "lease-counts" }), leaseFilters(), el("div", { id: "lease-list" }));
+  }
   const pager = el("p", { class: "pager" },
     params.get("after") ? link("/leases", withParams({ after: "" }), "« first page") : null, " ",
     d.next_after ? link("/leases", withParams({ after: d.next_after }), "next page »") : null);
@@ -149,14 +164,14 @@ function renderLeases(d, root) {
         if (older) act("/api/purge", { older_than: older }, "Purge keys free or lapsed for longer than " + older + "?");
       })
     : null;
-  root.replaceChildren(
+  root.querySelector("#lease-counts").replaceChildren(
     el("p", { class: "counts" },
       el("span", { id: "count-held" }, c.held + " held"), " · ",
       el("span", { id: "count-lapsed" }, c.lapsed + " lapsed"), " · ",
       el("span", { id: "count-free" }, c.free + " free"), " · ",
       el("span", {}, c.expiring + " expiring within " + human(c.expiring_within_ms)), " · ",
-      el("span", {}, c.waiting + " waited for"), " ", purge),
-    form,
+      el("span", {}, c.waiting + " waited for"), " ", purge));
+  root.querySelector("#lease-list").replaceChildren(
     table(["key", "state", "holder", "epoch", "expires", "data", "waiting"],
       d.items.map(leaseRow), "leases"),
     pager);
@@ -293,7 +308,7 @@ function renderQueue(d, root) {
   const redriveKey = (key) => button("Redrive", "action redrive", () =>
     act("/api/queues/" + encodeURIComponent(name) + "/redrive", { key },
       "Put the dead letters of key " + (key === null ? "(unkeyed)" : key) + " back into " + name + "?"));
-  root.replaceChildren(
+  fill(root,
     queueCard(q),
     el("h3", {}, "Dead letters (oldest first)"),
     d.dead_letters_hidden
@@ -329,16 +344,58 @@ function streamUrl() {
   return base + "/api/events?" + q.toString();
 }
 
+// A redraw replaces the view's elements. Under a pressed pointer it would take the button being
+// clicked away between press and release (the click would be lost), and it would take away text
+// the operator selected (to copy a key, say). While a pointer is down or text in the view is
+// selected, the latest push waits; it is drawn once the click has run or the selection is gone.
+let pressed = false;
+let pending = null;
+
+function draw(data) {
+  lastUpdate = received;
+  renderers[view](data, document.getElementById("view"));
+  body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
+  tick();
+}
+
+function selecting() {
+  const s = document.getSelection();
+  return !!s && !s.isCollapsed && !!s.anchorNode && document.getElementById("view").contains(s.anchorNode);
+}
+
+function holding() {
+  return pressed || selecting();
+}
+
+function flush() {
+  setTimeout(() => {
+    if (holding() || pending === null) return;
+    const data = pending;
+    pending = null;
+    draw(data);
+  }, 0);
+}
+
+function released() {
+  pressed = false;
+  flush();
+}
+
+document.addEventListener("pointerdown", () => { pressed = true; }, true);
+document.addEventListener("pointerup", released, true);
+document.addEventListener("pointercancel", released, true);
+document.addEventListener("selectionchange", () => { if (pending !== null) flush(); });
+window.addEventListener("blur", () => { if (pressed) released(); });
+
 function connect() {
   source = new EventSource(streamUrl());
   source.addEventListener("view", (e) => {
     received = Date.now();
-    lastUpdate = received;
     const n = document.getElementById("notice");
     if (n.className === "stale") notice("");
-    renderers[view](JSON.parse(e.data), document.getElementById("view"));
-    body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
-    tick();
+    const data = JSON.parse(e.data);
+    if (holding()) pending = data;
+    else draw(data);
   });
   source.addEventListener("notice", (e) => {
     const d = JSON.parse(e.data);
