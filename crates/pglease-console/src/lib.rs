@@ -29,6 +29,7 @@ mod live;
 mod metrics;
 mod page;
 mod sampler;
+mod shared;
 mod views;
 
 use std::net::SocketAddr;

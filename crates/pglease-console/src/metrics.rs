@@ -60,9 +60,26 @@ fn count(n: u64) -> i64 {
 }
 
 /// Reads everything the metrics show and encodes it.
+///
+/// The reads run at once, each on a connection of its own: a scrape takes about as long as its
+/// slowest read (the semaphores' or the queues', ~100 ms each at 100 000 keys and 1 000 000
+/// messages), not their sum.
 async fn render(state: &State) -> Result<String, DbError> {
     let mut r = Registry::default();
-    let counts = state.db.counts(state.expiring_within).await?;
+    let elections = async {
+        if state.elections.is_empty() {
+            Ok(Vec::new())
+        } else {
+            state.db.elections(&state.elections, 1000).await
+        }
+    };
+    let (counts, recorded, semaphores, elections, queues) = tokio::try_join!(
+        state.db.counts(state.expiring_within),
+        state.db.grants_recorded(),
+        state.db.semaphores(1000),
+        elections,
+        state.db.queues(),
+    )?;
     gauge(
         &mut r,
         "pglease_leases_held",
@@ -99,7 +116,6 @@ async fn render(state: &State) -> Result<String, DbError> {
 
     // Grants since the console started: the history's inserts now less those at the first
     // scrape (a statistics reset starts the count again).
-    let recorded = state.db.grants_recorded().await?;
     let grants = {
         let mut baseline = state
             .grants_baseline
@@ -124,7 +140,7 @@ async fn render(state: &State) -> Result<String, DbError> {
 
     let holders = Family::<SemaphoreLabel, Gauge>::default();
     let slots = Family::<SemaphoreLabel, Gauge>::default();
-    for s in state.db.semaphores(1000).await? {
+    for s in semaphores {
         let l = SemaphoreLabel { semaphore: s.name };
         holders.get_or_create(&l).set(count(s.holders));
         slots.get_or_create(&l).set(i64::from(s.slots));
@@ -143,7 +159,7 @@ async fn render(state: &State) -> Result<String, DbError> {
     if !state.elections.is_empty() {
         let leader = Family::<ElectionLabel, Gauge>::default();
         let term = Family::<ElectionLabel, Gauge>::default();
-        for e in state.db.elections(&state.elections, 1000).await? {
+        for e in elections {
             let l = ElectionLabel { election: e.name };
             leader.get_or_create(&l).set(i64::from(e.leader.is_some()));
             if let Some(t) = e.term {
@@ -170,7 +186,7 @@ async fn render(state: &State) -> Result<String, DbError> {
     let acked = Family::<PartitionLabels, Counter>::default();
     let dead = Family::<QueueLabel, Gauge>::default();
     let unowned = Family::<QueueLabel, Gauge>::default();
-    for q in state.db.queues().await? {
+    for q in queues {
         let ql = QueueLabel {
             queue: q.name.clone(),
         };

@@ -122,7 +122,7 @@ impl From<&pglease::HistoryEntry> for GrantView {
 }
 
 /// A semaphore: the slot keys `NAME#N`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct SemaphoreRow {
     pub name: String,
     pub holders: u64,
@@ -174,7 +174,7 @@ impl Election {
 }
 
 /// A queue and its partitions (`GET /api/queues`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct QueueRow {
     pub name: String,
     pub partitions: Vec<PartitionRow>,
@@ -220,7 +220,7 @@ impl QueueRow {
 }
 
 /// A partition of a queue (`lease_queue.status`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PartitionRow {
     pub partition: i32,
     /// Absent when no consumer holds the partition (or the role may not consume the queue).
