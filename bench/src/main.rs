@@ -6,9 +6,12 @@
 //! cargo run --release -p pglease-bench -- all            # the full suite (about 10 minutes)
 //! cargo run --release -p pglease-bench -- all --quick    # a 2-minute smoke run
 //! cargo run --release -p pglease-bench -- cycle          # one section
+//! cargo build --release -p pglease-cli -p pglease-bench && \
+//!     target/release/pglease-bench console               # the console at scale (about 6 minutes)
 //! ```
 
 mod client;
+mod console;
 mod env;
 mod interleave;
 mod pgbench;
@@ -62,6 +65,10 @@ enum Section {
     /// One renewal for many leases: one call per key, lease.renew_many, the bare batch UPDATE, at
     /// 1 / 100 / 10 000 held keys; and single calls against the previous release.
     RenewMany,
+    /// The operator console (`pglease ui`) at 100 000 leases and 1 000 000 queued messages: every
+    /// page and GET endpoint, p50/p95/p99 at 1 and 4 clients, against p95 ≤ 200 ms. Needs the
+    /// `pglease` binary (next to this one, or --pglease).
+    Console,
 }
 
 #[derive(Parser, Debug)]
@@ -101,6 +108,22 @@ struct Cli {
     /// Queue section: the PyPI package `pgmq` whose SQL is installed at bench time.
     #[arg(long, default_value = "1.1.4")]
     pgmq_version: String,
+    /// Console section: the `pglease` binary to serve the console with (default: the one next to
+    /// this program, i.e. of the same cargo profile).
+    #[arg(long)]
+    pglease: Option<PathBuf>,
+    /// Console section: timed requests per endpoint, at 1 client and again at --console-clients
+    /// (default 200; 100 with --quick).
+    #[arg(long)]
+    console_requests: Option<u32>,
+    /// Console section: the concurrent clients of the second run (default 4).
+    #[arg(long)]
+    console_clients: Option<u32>,
+    /// Exit with status 1 when a checked target is missed (the console section's p95 ≤ 200 ms);
+    /// without it the verdicts are reported and the exit status says only whether the run
+    /// completed.
+    #[arg(long)]
+    enforce: bool,
 }
 
 fn repo_root() -> PathBuf {
@@ -112,9 +135,14 @@ fn repo_root() -> PathBuf {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let enforce = cli.enforce;
     match run(cli) {
-        Ok(dir) => {
+        Ok((dir, met)) => {
             eprintln!("results: {}", dir.display());
+            if enforce && !met {
+                eprintln!("pglease-bench: a target was missed (--enforce)");
+                return std::process::ExitCode::FAILURE;
+            }
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
@@ -130,7 +158,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(cli: Cli) -> BoxResult<PathBuf> {
+/// Runs the sections; the results directory and whether every checked target was met.
+fn run(cli: Cli) -> BoxResult<(PathBuf, bool)> {
     let t0 = Instant::now();
     let started = SystemTime::now();
     let (started_utc, stamp) = env::utc_stamp(started);
@@ -149,6 +178,12 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
     if let Some(s) = cli.bloat_seconds {
         plan.queue_bloat_seconds = s;
     }
+    if let Some(n) = cli.console_requests {
+        plan.console_requests = n.max(1);
+    }
+    if let Some(n) = cli.console_clients {
+        plan.console_clients = n.max(1);
+    }
     let repo = repo_root();
     let out_dir = cli.out.clone().unwrap_or_else(|| {
         let mut name = stamp.clone();
@@ -165,6 +200,18 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
         repo.join("bench").join("results").join(name)
     });
 
+    // The console section serves the console with the real binary: found before anything runs.
+    let pglease_bin = match cli.section {
+        Section::Console => Some(console::pglease_binary(cli.pglease.as_deref())?),
+        Section::All => match console::pglease_binary(cli.pglease.as_deref()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("pglease-bench: the console section will be skipped: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
     eprintln!("pglease-bench: load {} at start", load_before.short());
     let mut server = match &cli.database_url {
         Some(url) => server::Server::existing(url, cli.pgbench.clone())?,
@@ -254,16 +301,28 @@ fn run(cli: Cli) -> BoxResult<PathBuf> {
             rep.renew_many =
                 renew_many::run(&server.db(server::DB_RENEW), previous.as_ref(), &plan).await?;
         }
+        if let Some(bin) = &pglease_bin {
+            eprintln!("[console] the operator console at 100 000 leases and 1 000 000 messages");
+            std::fs::create_dir_all(&out_dir)?;
+            rep.console =
+                Some(console::run(&server.db(server::DB_CONSOLE), &plan, bin, &out_dir).await?);
+        }
         rep.load_after = stats::LoadAvg::now();
         rep.suite_seconds = stats::round1(t0.elapsed().as_secs_f64());
         BoxResult::Ok(rep)
     })?;
     std::fs::create_dir_all(&out_dir)?;
     report.write(&out_dir)?;
+    let mut met = true;
+    if let Some(c) = &report.console {
+        std::fs::write(out_dir.join("console.md"), console::table(c))?;
+        println!("{}", console::table(c));
+        met &= c.all_met;
+    }
     eprintln!("suite time {:.0} s", t0.elapsed().as_secs_f64());
     drop(rt);
     drop(server);
-    Ok(out_dir)
+    Ok((out_dir, met))
 }
 
 fn cli_line() -> String {

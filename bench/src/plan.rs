@@ -51,6 +51,12 @@ pub struct Plan {
     /// Renew-many section: interleaved rounds per number of held keys, and seconds of each run.
     pub renew_many_rounds: u32,
     pub renew_many_seconds: f64,
+    /// Console section: timed requests per endpoint and client count, untimed ones before them
+    /// (one client), the concurrent clients, and calls of each console statement timed alone.
+    pub console_requests: u32,
+    pub console_warmup: u32,
+    pub console_clients: u32,
+    pub console_sql_samples: u32,
 }
 
 impl Plan {
@@ -90,6 +96,10 @@ impl Plan {
             queue_bloat_batch: 10,
             renew_many_rounds: 5,
             renew_many_seconds: 2.0,
+            console_requests: 200,
+            console_warmup: 10,
+            console_clients: 4,
+            console_sql_samples: 20,
         }
     }
 
@@ -129,6 +139,10 @@ impl Plan {
             queue_bloat_batch: 10,
             renew_many_rounds: 2,
             renew_many_seconds: 1.0,
+            console_requests: 100,
+            console_warmup: 5,
+            console_clients: 4,
+            console_sql_samples: 10,
         }
     }
 }

@@ -45,6 +45,7 @@ pub struct Report {
     pub variants: Option<VariantsResult>,
     pub queue: Option<crate::queue::QueueResult>,
     pub renew_many: Option<crate::renew_many::RenewManyResult>,
+    pub console: Option<crate::console::ConsoleResult>,
 }
 
 impl Report {
@@ -88,6 +89,7 @@ impl Report {
             variants: None,
             queue: None,
             renew_many: None,
+            console: None,
         })
     }
 
@@ -395,6 +397,9 @@ impl Report {
         }
         if let Some(r) = &self.renew_many {
             crate::renew_many::markdown(w, r);
+        }
+        if let Some(c) = &self.console {
+            crate::console::markdown(w, c);
         }
         if !plots.is_empty() {
             let _ = writeln!(w, "## Plots\n");

@@ -30,6 +30,9 @@ pub const DB_PREVIOUS: &str = "bench_previous";
 pub const DB_QUEUE: &str = "bench_queue";
 /// The renew-many section's database (its held keys stay out of the other sections' tables).
 pub const DB_RENEW: &str = "bench_renew";
+/// The console section's database: pg_lease and pg_lease_queue, seeded with 100 000 leases and
+/// 1 000 000 messages.
+pub const DB_CONSOLE: &str = "bench_console";
 
 pub struct Server {
     pub cluster: Option<Cluster>,
@@ -99,7 +102,15 @@ impl Server {
             let c = connect(&postgres, None).await?;
             c.batch_execute(&format!("CREATE ROLE {ROLE} LOGIN"))
                 .await?;
-            for db in [DB_MAIN, DB_STORM, DB_SCALE, DB_PREVIOUS, DB_QUEUE, DB_RENEW] {
+            for db in [
+                DB_MAIN,
+                DB_STORM,
+                DB_SCALE,
+                DB_PREVIOUS,
+                DB_QUEUE,
+                DB_RENEW,
+                DB_CONSOLE,
+            ] {
                 c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
                     .await?;
             }
@@ -119,12 +130,14 @@ impl Server {
                 c.batch_execute("CREATE EXTENSION pg_lease").await?;
                 create_baselines(&c).await?;
             }
-            let mut cfg = self.main.clone();
-            cfg.dbname(DB_QUEUE);
-            connect(&cfg, None)
-                .await?
-                .batch_execute("CREATE EXTENSION pg_lease_queue CASCADE")
-                .await?;
+            for db in [DB_QUEUE, DB_CONSOLE] {
+                let mut cfg = self.main.clone();
+                cfg.dbname(db);
+                connect(&cfg, None)
+                    .await?
+                    .batch_execute("CREATE EXTENSION pg_lease_queue CASCADE")
+                    .await?;
+            }
         } else {
             let mut c = connect(&self.main, None).await?;
             pglease::install(&mut c).await?;
