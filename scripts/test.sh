@@ -9,9 +9,10 @@
 #   scripts/test.sh --ha-only                    # only the HA section (= scripts/ha-test.sh)
 #
 # Steps: format and lint gates, build, fetch missing PostgreSQL versions into the pgcluster cache,
-# unit tests once, then the integration suites once per PostgreSQL version, then the HA section
-# once, on PostgreSQL 15: pg_lease under Patroni and etcd, which scripts/ha-test.sh installs when
-# missing (see there).
+# unit tests once, the console at scale once (PostgreSQL 15; its 200 ms target reported, enforced
+# only with PGLEASE_BENCH_ENFORCE=1), then the integration suites once per PostgreSQL version, then
+# the HA section once, on PostgreSQL 15: pg_lease under Patroni and etcd, which scripts/ha-test.sh
+# installs when missing (see there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -121,6 +122,26 @@ say "PostgreSQL versions under test: $(echo $versions)"
 
 say "unit and crate tests: pglease, pglease-queue, pglease-console, pglease-cli (with the console in Chromium), pgcluster (silent: 3-6 min)"
 bounded 20m cargo test --workspace --exclude pglease-tests --quiet
+
+# The console at scale (docs/BENCHMARKS.md, "Console at scale"): 100 000 leases and 1 000 000
+# queued messages on PostgreSQL 15, every page and API endpoint of `pglease ui` requested 100 times
+# at 1 and at 4 clients against the target p95 <= 200 ms. The debug build the suites use (the
+# reads are the database's: its numbers match release within a few ms). Speed is never asserted
+# in a timed test here: a miss is reported, and fails the run only with PGLEASE_BENCH_ENFORCE=1;
+# a run that does not complete (seeding, the console not answering) fails it always.
+say "the console at scale on PostgreSQL 15: p95 <= 200 ms per page and API endpoint, reported (about 2 min)"
+"$pgcluster" fetch 15 >/dev/null
+bench_out="${CARGO_TARGET_DIR:-target}/bench-console"
+rm -rf "$bench_out"
+enforce=()
+[ "${PGLEASE_BENCH_ENFORCE:-0}" = 1 ] && enforce=(--enforce)
+bounded 15m "${CARGO_TARGET_DIR:-target}/debug/pglease-bench" console --pg-version 15 \
+  --console-requests 100 --out "$bench_out" "${enforce[@]}"
+if grep -q "Every endpoint met" "$bench_out/console.md"; then
+  echo "console at scale: every page and API endpoint met p95 <= 200 ms (table above; $bench_out)"
+else
+  echo "console at scale: the 200 ms target was MISSED (table above; $bench_out); reported only: PGLEASE_BENCH_ENFORCE=1 makes it fail the run"
+fi
 
 for v in $versions; do
   say "integration suites on PostgreSQL $v: regression, isolation, failure, history, hostile, installcheck (silent: 2-4 min)"
