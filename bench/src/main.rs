@@ -318,6 +318,14 @@ fn run(cli: Cli) -> BoxResult<(PathBuf, bool)> {
         std::fs::write(out_dir.join("console.md"), console::table(c))?;
         println!("{}", console::table(c));
         met &= c.all_met;
+        let faults = c.faults();
+        if !faults.is_empty() {
+            return Err(err(format!(
+                "the console answered wrongly (results in {}): {}",
+                out_dir.display(),
+                faults.join("; ")
+            )));
+        }
     }
     eprintln!("suite time {:.0} s", t0.elapsed().as_secs_f64());
     drop(rt);

@@ -12,6 +12,7 @@
 //! statement timeout checks that a read the timeout cuts short answers 503 and pushes a `notice`
 //! event at once instead of hanging.
 
+mod endpoints;
 mod http;
 mod report;
 mod seed;
@@ -32,173 +33,13 @@ use crate::plan::Plan;
 use crate::server::Db;
 use crate::stats::{self, Latency, LoadAvg};
 use crate::{BoxResult, err};
+use endpoints::{Endpoint, Kind, endpoint_list};
 
 pub use report::{markdown, table};
 pub use seed::Seeded;
 
 /// The target: every endpoint's p95, at 1 and at `clients` clients.
 pub const TARGET_P95_MS: u64 = 200;
-
-/// How one endpoint is requested.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// An HTML page (the shell; its data comes from the event stream).
-    Page,
-    /// A JSON (or metrics) answer.
-    Api,
-    /// An event stream: time to the first `view` event.
-    Events,
-}
-
-struct Endpoint {
-    name: &'static str,
-    path: String,
-    kind: Kind,
-    /// What the console reads for it.
-    reads: &'static str,
-}
-
-fn endpoint_list() -> Vec<Endpoint> {
-    let enc = |s: &str| {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
-    };
-    let e = |name, path: String, kind, reads| Endpoint {
-        name,
-        path,
-        kind,
-        reads,
-    };
-    use Kind::*;
-    vec![
-        e(
-            "page /leases",
-            "/leases".into(),
-            Page,
-            "pg_is_in_recovery()",
-        ),
-        e(
-            "page /lease?key=",
-            format!("/lease?key={}", enc(seed::DETAIL_KEY)),
-            Page,
-            "pg_is_in_recovery()",
-        ),
-        e(
-            "page /semaphores",
-            "/semaphores".into(),
-            Page,
-            "pg_is_in_recovery()",
-        ),
-        e(
-            "page /elections",
-            "/elections".into(),
-            Page,
-            "pg_is_in_recovery()",
-        ),
-        e(
-            "page /queues",
-            "/queues".into(),
-            Page,
-            "pg_is_in_recovery()",
-        ),
-        e(
-            "page /queue?queue=",
-            format!("/queue?queue={}", seed::QUEUE),
-            Page,
-            "pg_is_in_recovery()",
-        ),
-        e(
-            "api leases, first page",
-            "/api/leases".into(),
-            Api,
-            "lease.browse (50) + lease.summary",
-        ),
-        e(
-            "api leases, middle page (after=)",
-            format!("/api/leases?after={}", enc(seed::MIDDLE_AFTER)),
-            Api,
-            "lease.browse (50) + lease.summary",
-        ),
-        e(
-            "api leases, prefix filter",
-            format!("/api/leases?prefix={}", enc(seed::PREFIX)),
-            Api,
-            "lease.browse (50) + lease.summary",
-        ),
-        e(
-            "api leases, state=lapsed",
-            "/api/leases?state=lapsed".into(),
-            Api,
-            "lease.browse (50) + lease.summary",
-        ),
-        e(
-            "api leases, owner filter",
-            format!("/api/leases?owner={}", enc(seed::OWNER)),
-            Api,
-            "lease.browse (50) + lease.summary",
-        ),
-        e(
-            "api leases, owner holding 1 key",
-            format!("/api/leases?owner={}", enc(seed::ELECTION_OWNER)),
-            Api,
-            "lease.browse (reads every key) + lease.summary",
-        ),
-        e(
-            "api lease?key=",
-            format!("/api/lease?key={}", enc(seed::DETAIL_KEY)),
-            Api,
-            "lease.browse (1) + lease.history (50)",
-        ),
-        e(
-            "api semaphores",
-            "/api/semaphores".into(),
-            Api,
-            "semaphores query",
-        ),
-        e(
-            "api elections",
-            "/api/elections".into(),
-            Api,
-            "lease.browse + lease.history per election",
-        ),
-        e(
-            "api queues",
-            "/api/queues".into(),
-            Api,
-            "list_queues + lease_queue.status + privileges",
-        ),
-        e(
-            "api dead letters",
-            format!("/api/queues/{}/dead-letters", seed::QUEUE),
-            Api,
-            "lease_queue.list_dead_letters (100)",
-        ),
-        e(
-            "metrics",
-            "/metrics".into(),
-            Api,
-            "summary + semaphores + elections + queues",
-        ),
-        e(
-            "events leases: first view",
-            "/api/events?view=leases".into(),
-            Events,
-            "as api leases, first page",
-        ),
-        e(
-            "events queues: first view",
-            "/api/events?view=queues".into(),
-            Events,
-            "as api queues",
-        ),
-    ]
-}
 
 /// One endpoint's numbers.
 #[derive(Clone, Debug, Serialize)]
@@ -257,6 +98,36 @@ pub struct ConsoleResult {
     pub measure_seconds: f64,
     pub load_before: LoadAvg,
     pub load_after: LoadAvg,
+}
+
+impl ConsoleResult {
+    /// What went wrong other than speed: requests that got an error answer, or a statement
+    /// timeout that did not answer 503 with a `notice` at once. These fail the run with or without
+    /// `--enforce` (a target missed on a busy machine is reported; a broken console is not).
+    pub fn faults(&self) -> Vec<String> {
+        let mut faults: Vec<String> = self
+            .endpoints
+            .iter()
+            .filter(|e| e.errors_sequential + e.errors_concurrent > 0)
+            .map(|e| {
+                format!(
+                    "{}: {} failed requests (first: {})",
+                    e.name,
+                    e.errors_sequential + e.errors_concurrent,
+                    e.first_error.as_deref().unwrap_or("?")
+                )
+            })
+            .collect();
+        match &self.timeout_check {
+            Some(t) if t.ok => {}
+            Some(t) => faults.push(format!(
+                "statement timeout: {} answered {} ({:?}) in {} ms, first event {:?} in {} ms",
+                t.path, t.status, t.error_kind, t.answered_ms, t.first_event, t.event_ms
+            )),
+            None => faults.push("statement timeout: the check did not run to its end".into()),
+        }
+        faults
+    }
 }
 
 /// The `pglease` binary: `explicit`, else the one next to this program (same cargo profile).

@@ -53,12 +53,14 @@ impl<K: PartialEq, T: Clone> Shared<K, T> {
 
 #[cfg(test)]
 mod tests {
+    //! On tokio's paused clock: a sleep ends only when every task is idle, so "while the first
+    //! read is in flight" and "after it completed" are orders of events, not wall-clock guesses.
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
-    #[tokio::test(flavor = "current_thread")]
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn callers_during_a_read_share_it_and_later_callers_read_again() {
         let shared: Arc<Shared<u32, u32>> = Arc::default();
         let reads = Arc::new(AtomicU32::new(0));
@@ -88,7 +90,7 @@ mod tests {
         assert_eq!(reads.load(Ordering::SeqCst), 2);
     }
 
-    #[tokio::test(flavor = "current_thread")]
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn an_error_is_shared_too_and_another_key_is_read_for_itself() {
         let shared: Arc<Shared<u32, u32>> = Arc::default();
         let slow_error = |shared: Arc<Shared<u32, u32>>| async move {
