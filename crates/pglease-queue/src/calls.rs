@@ -148,21 +148,57 @@ pub(crate) async fn receive<C: GenericClient>(
         ],
     )
     .await?;
+    deliveries(&rows, holder, CALL)
+}
+
+/// `ack_and_receive`: `ack` of batch `batch_id`, then `receive` of up to `batch_size` messages,
+/// in one statement.
+pub(crate) async fn ack_and_receive<C: GenericClient>(
+    db: &C,
+    holder: Holder<'_>,
+    batch_id: i64,
+    batch_size: i32,
+) -> Result<Vec<Delivery>> {
+    const CALL: &str = "lease_queue.ack_and_receive";
+    let queue: &str = holder.queue;
+    let partition = holder.partition_i32();
+    let rows = sql::query(
+        db,
+        sql::ACK_AND_RECEIVE,
+        &[
+            (&queue, Type::TEXT),
+            (&partition, Type::INT4),
+            (&holder.owner, Type::TEXT),
+            (&holder.epoch, Type::INT8),
+            (&batch_id, Type::INT8),
+            (&batch_size, Type::INT4),
+        ],
+    )
+    .await?;
+    deliveries(&rows, holder, CALL)
+}
+
+/// The deliveries of `receive` / `ack_and_receive` rows.
+fn deliveries(
+    rows: &[tokio_postgres::Row],
+    holder: Holder<'_>,
+    call: &'static str,
+) -> Result<Vec<Delivery>> {
     rows.iter()
         .map(|row| {
-            let payload: String = get(row, 3, CALL)?;
-            let attempts: i32 = get(row, 4, CALL)?;
+            let payload: String = get(row, 3, call)?;
+            let attempts: i32 = get(row, 4, call)?;
             Ok(Delivery {
                 queue: Arc::clone(holder.queue),
                 partition: holder.partition,
                 epoch: holder.epoch,
-                batch_id: get(row, 0, CALL)?,
-                id: get(row, 1, CALL)?,
-                key: get(row, 2, CALL)?,
+                batch_id: get(row, 0, call)?,
+                id: get(row, 1, call)?,
+                key: get(row, 2, call)?,
                 payload: serde_json::from_str(&payload)
-                    .map_err(|e| Error::protocol(format!("{CALL}: payload: {e}")))?,
+                    .map_err(|e| Error::protocol(format!("{call}: payload: {e}")))?,
                 attempts: u32::try_from(attempts).unwrap_or(0),
-                enqueued_at: get(row, 5, CALL)?,
+                enqueued_at: get(row, 5, call)?,
             })
         })
         .collect()

@@ -15,12 +15,15 @@ use crate::worker::PartitionWorker;
 
 /// One way of handling a batch.
 pub(crate) trait Process: Sync {
-    /// Handles `deliveries` (one batch, in delivery order) and settles the batch.
+    /// Handles `deliveries` (one batch, in delivery order) and settles the batch; with `going_on`,
+    /// the settling call also opens the next batch and returns it (`Some`, empty when nothing is
+    /// deliverable), else it only acks (`None`).
     fn batch<'a>(
         &'a self,
         worker: &'a PartitionWorker<'a>,
         deliveries: Vec<Delivery>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a;
+        going_on: bool,
+    ) -> impl Future<Output = Result<Option<Vec<Delivery>>>> + Send + 'a;
 }
 
 /// [`crate::Consumer::run`]'s handler: one call per message, settled on pooled connections.
@@ -38,7 +41,8 @@ where
         &'a self,
         worker: &'a PartitionWorker<'a>,
         deliveries: Vec<Delivery>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        going_on: bool,
+    ) -> impl Future<Output = Result<Option<Vec<Delivery>>>> + Send + 'a {
         async move {
             let batch_id = deliveries.first().map_or(0, |d| d.batch_id);
             let mut held_back = HashSet::new();
@@ -56,7 +60,7 @@ where
                     }
                 }
             }
-            worker.ack_retrying(batch_id).await
+            worker.ack_then_next_retrying(batch_id, going_on).await
         }
     }
 }
@@ -76,7 +80,8 @@ where
         &'a self,
         worker: &'a PartitionWorker<'a>,
         deliveries: Vec<Delivery>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        going_on: bool,
+    ) -> impl Future<Output = Result<Option<Vec<Delivery>>>> + Send + 'a {
         async move {
             let batch_id = deliveries.first().map_or(0, |d| d.batch_id);
             let mut conn = worker.inner.client.pool().get().await?;
@@ -101,10 +106,11 @@ where
                     }
                 }
             }
-            // Fenced: a lost partition makes this fail, and the whole transaction rolls back.
-            worker.ack(&tx, batch_id).await?;
+            // Fenced: a lost partition makes this fail, and the whole transaction rolls back. The
+            // next batch is opened in this transaction: it exists only if the ack commits.
+            let next = worker.ack_then_next(&tx, batch_id, going_on).await?;
             tx.commit().await?;
-            Ok(())
+            Ok(next)
         }
     }
 }

@@ -39,12 +39,34 @@ impl PartitionWorker<'_> {
         calls::ack(db, self.holder(), batch_id).await
     }
 
-    /// `ack` on pooled connections, retried while it gets no answer (an ack is idempotent for
-    /// the epoch that closed the batch). Ends with the lease at the latest (the caller races it).
-    pub(crate) async fn ack_retrying(&self, batch_id: i64) -> Result<()> {
+    /// `ack` of `batch_id` and the next batch, in one statement on `db`: the next batch when the
+    /// worker goes on, a plain `ack` (and `None`) when it is to stop or give the partition up after
+    /// this batch, so that no batch is opened that nobody will handle.
+    pub(crate) async fn ack_then_next<C: GenericClient>(
+        &self,
+        db: &C,
+        batch_id: i64,
+        going_on: bool,
+    ) -> Result<Option<Vec<Delivery>>> {
+        if going_on {
+            calls::ack_and_receive(db, self.holder(), batch_id, self.inner.batch_size)
+                .await
+                .map(Some)
+        } else {
+            self.ack(db, batch_id).await.map(|()| None)
+        }
+    }
+
+    /// [`Self::ack_then_next`] on pooled connections, retried while it gets no answer (a repeated
+    /// call acks nothing more and returns the batch the first one opened).
+    pub(crate) async fn ack_then_next_retrying(
+        &self,
+        batch_id: i64,
+        going_on: bool,
+    ) -> Result<Option<Vec<Delivery>>> {
         self.retry_unanswered(|| async {
             let conn = self.inner.client.pool().get().await?;
-            self.ack(&**conn, batch_id).await
+            self.ack_then_next(&**conn, batch_id, going_on).await
         })
         .await
     }
@@ -101,10 +123,10 @@ impl PartitionWorker<'_> {
 
     /// Runs `call` until it gets an answer (any result but a connection error), pausing with
     /// [`pause::UNANSWERED_SETTLE`] between tries.
-    async fn retry_unanswered<F, Fut>(&self, call: F) -> Result<()>
+    async fn retry_unanswered<T, F, Fut>(&self, call: F) -> Result<T>
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<()>>,
+        Fut: Future<Output = Result<T>>,
     {
         let mut failures = 0u32;
         loop {

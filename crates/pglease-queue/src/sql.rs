@@ -36,6 +36,10 @@ pub(crate) const RECEIVE: &str = "SELECT d.batch_id, d.id, d.key, d.payload::tex
 
 pub(crate) const ACK: &str = "SELECT lease_queue.ack($1, $2, $3, $4, $5)";
 
+/// `ack` of a batch and the next `receive`, in one statement (pg_lease_queue 0.3.0).
+pub(crate) const ACK_AND_RECEIVE: &str = "SELECT d.batch_id, d.id, d.key, d.payload::text, \
+     d.attempts, d.enqueued_at FROM lease_queue.ack_and_receive($1, $2, $3, $4, $5, $6) AS d";
+
 pub(crate) const NACK: &str = "SELECT lease_queue.nack($1, $2, $3, $4, $5, $6, \
      $7::bigint * interval '1 microsecond', $8)";
 

@@ -82,8 +82,11 @@ impl Inner {
         let stop = &self.stop;
         let abandon = self.on_shutdown == OnShutdown::Abandon;
         let mut failures = 0u32;
+        // The batch the last settling call opened (ack_and_receive), to handle before receiving.
+        let mut next: Option<Vec<Delivery>> = None;
         loop {
-            if stop.is_cancelled() || release.is_cancelled() {
+            // A batch in hand is handled first, whatever comes (as one received just before).
+            if next.is_none() && (stop.is_cancelled() || release.is_cancelled()) {
                 let why = if stop.is_cancelled() {
                     "shutdown"
                 } else {
@@ -94,10 +97,13 @@ impl Inner {
             // A message committed before the connection listened sent a notification nobody got:
             // the idle sleep after this receive is bounded as when polling.
             let listening = part.wake.as_ref().is_some_and(Subscription::is_listening);
-            let received = tokio::select! {
-                biased;
-                reason = part.guard.lost() => return part.lost(reason),
-                received = part.receive() => received,
+            let received = match next.take() {
+                Some(opened) => Ok(opened),
+                None => tokio::select! {
+                    biased;
+                    reason = part.guard.lost() => return part.lost(reason),
+                    received = part.receive() => received,
+                },
             };
             let deliveries = match received {
                 Ok(deliveries) => deliveries,
@@ -119,15 +125,18 @@ impl Inner {
                 continue;
             }
             let (batch_id, size) = (deliveries[0].batch_id, deliveries.len());
+            // Open the next batch with this one's ack only while the worker goes on.
+            let going_on = !stop.is_cancelled() && !release.is_cancelled();
             let outcome = tokio::select! {
                 biased;
                 reason = part.guard.lost() => return part.lost(reason),
                 () = stop.cancelled(), if abandon => return part.abandon(lease).await,
-                outcome = process.batch(&part, deliveries) => outcome,
+                outcome = process.batch(&part, deliveries, going_on) => outcome,
             };
             match outcome {
-                Ok(()) => {
+                Ok(opened) => {
                     failures = 0;
+                    next = opened;
                     tracing::debug!(
                         target: trace::CONSUMER,
                         queue = &*self.queue,

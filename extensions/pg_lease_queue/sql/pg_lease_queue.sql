@@ -103,8 +103,8 @@ GRANT USAGE ON SCHEMA lease_queue TO @extowner@ WITH GRANT OPTION;
 CREATE SEQUENCE lease_queue.queue_ids;
 CREATE SEQUENCE lease_queue.message_ids;
 CREATE SEQUENCE lease_queue.batch_ids;
--- Positions of keyed messages within their key, taken at commit under the key's row lock (see
--- lease_queue._stamp_commit_order): for one key, position order is commit order.
+-- Unused since 0.3.0 (a keyed message's position is taken from message_ids: see
+-- lease_queue._stamp_commit_order); kept so that dumps of earlier releases restore.
 CREATE SEQUENCE lease_queue.positions;
 
 -- One row per queue (notify: whether sends notify channel lease_queue). qid is internal: a queue dropped and created again is a new qid (its partitions'
@@ -124,9 +124,11 @@ CREATE TABLE lease_queue.queues (
 --   claim_epoch, ttl      the last claim through lease_queue.claim(_any): its epoch and ttl (receive
 --                         renews with that ttl, and only at that epoch)
 --   batch_*               the open batch, if any: its id, the epoch and owner it was last issued to,
---                         when it was opened, and the keys of its messages (their rows are brought
+--                         when it was opened, the keys of its messages (their rows are brought
 --                         up to date when the batch closes or is abandoned: nack takes no key row,
 --                         so a transaction that nacks and then acks locks key rows in key order once)
+--                         and, in batch_ids, its messages' ids in delivery order (since 0.3.0: a
+--                         delivery writes no message row; the batch is this row)
 --   last_batch_id/epoch   the last batch closed by ack, and the epoch that acked it (a repeated ack
 --                         of it by that epoch succeeds again: safe to retry after a lost answer)
 --   acked                 messages acked in the partition since it was created (or since the update
@@ -146,20 +148,26 @@ CREATE TABLE lease_queue.partitions (
     last_batch_id    bigint,
     last_batch_epoch bigint,
     acked            bigint NOT NULL DEFAULT 0,
+    batch_ids        bigint[],
     CONSTRAINT partitions_pkey PRIMARY KEY (qid, partition)
 ) WITH (fillfactor = 50);
 
 -- One row per message not yet acked or dead-lettered.
 --   partition     the partition of its key (lease_queue.partition_of), or id mod partitions if unkeyed
---   seq           keyed messages: the position within the key, stamped when the producer commits (NULL
---                 until then, visible only to the producer's own transaction); unkeyed: NULL
+--   seq           keyed messages: the position within the key; its id when sent, given a new one at
+--                 the producer's commit only if a transaction that sent later committed first
+--                 (lease_queue._stamp_commit_order); unkeyed: NULL
 --   deliver_at    not delivered before (send's delay; a nack's retry_after)
---   attempts      deliveries so far (a re-issue to an heir counts; a message sent back undelivered
---                 by a nack of an earlier message of its key does not)
+--   attempts      deliveries completed so far, the delivery in an open batch not included (it is
+--                 counted when it ends without an ack: a re-issue to an heir, a nack, an abandoned
+--                 batch; a message sent back undelivered by a nack of an earlier message of its key
+--                 counts nothing)
 --   retry         nacked at least once: delivered without any later message of its key in the same
 --                 batch, and until acked no later message of its key is delivered
---   batch_id/pos  the open batch holding it and its position there; NULL otherwise
---   epoch, last_batch_id   the epoch and batch of its last delivery
+--   epoch, last_batch_id   the epoch and batch of its last completed delivery (or of the batch whose
+--                 nack sent it back)
+-- Whether a message is in the open batch is recorded on the partition (batch_ids), not here: a
+-- delivery writes no message row.
 CREATE TABLE lease_queue.messages (
     id            bigint NOT NULL DEFAULT pg_catalog.nextval('lease_queue.message_ids'),
     qid           bigint NOT NULL,
@@ -172,51 +180,49 @@ CREATE TABLE lease_queue.messages (
     attempts      integer NOT NULL DEFAULT 0,
     retry         boolean NOT NULL DEFAULT false,
     reason        text,
-    batch_id      bigint,
-    batch_pos     integer,
     epoch         bigint,
     last_batch_id bigint,
     CONSTRAINT messages_pkey PRIMARY KEY (id)
 );
 -- A key's messages in order: the head of a key and what follows it.
 CREATE INDEX messages_by_key ON lease_queue.messages (qid, partition, key, seq) WHERE key IS NOT NULL;
--- Unkeyed messages waiting for delivery, by due time.
+-- Unkeyed messages by due time (a partition's open batch, whose ids its row holds, is among them
+-- only while it is open: a new batch is opened only when none is).
 CREATE INDEX messages_unkeyed_due ON lease_queue.messages (qid, partition, deliver_at, id)
-    WHERE key IS NULL AND batch_id IS NULL;
--- The messages of an open batch.
-CREATE INDEX messages_by_batch ON lease_queue.messages (batch_id) WHERE batch_id IS NOT NULL;
--- Keyed messages waiting for their retry after a nack, each holding its key back (status counts
--- their keys). Entries are written by nack (and by an abandoned batch's retried messages): a send,
--- the commit's stamp and a delivery leave their rows outside it. Of its columns only retry was not
--- indexed before, and only nack changes it, in an update that changes batch_id too: no update that
--- was HOT stops being so.
+    WHERE key IS NULL;
+-- Keyed messages nacked at least once, each holding its key back while it awaits its retry (status
+-- counts their keys, leaving out those in the open batch). Entries are written by nack only.
 CREATE INDEX messages_held_back ON lease_queue.messages (qid, partition, key)
-    WHERE retry AND batch_id IS NULL AND key IS NOT NULL;
+    WHERE retry AND key IS NOT NULL;
 
 -- One row per key that has messages (created by the first commit of a message of the key, deleted
 -- when its last message is acked or dead-lettered). Its row lock orders the commits of the key.
 --   ready_at   when the key's head becomes deliverable; NULL while a message of the key is in the
 --              partition's open batch (the batch's messages of a key are always a prefix of the key)
--- A commit of a message of an existing key locks the row with an update that changes no value:
+--   last_seq   at least the highest position of the key's committed messages: a committing
+--              transaction whose messages of the key all lie above it keeps their positions
+-- A commit of a message of an existing key locks the row with an update of last_seq (not indexed):
 -- a HOT update.
 CREATE TABLE lease_queue.keys (
     qid       bigint NOT NULL,
     key       text COLLATE "C" NOT NULL,
     partition integer NOT NULL,
     ready_at  timestamptz,
+    last_seq  bigint NOT NULL DEFAULT 0,
     CONSTRAINT keys_pkey PRIMARY KEY (qid, key)
 ) WITH (fillfactor = 70);
 -- The due keys of a partition, in the order receive takes them (no sort: a batch reads `max` entries).
 CREATE INDEX keys_ready ON lease_queue.keys (qid, partition, ready_at, key) WHERE ready_at IS NOT NULL;
 
 -- One row per transaction that has sent keyed messages and not yet committed them (its top-level
--- transaction id, and the id of its first such message): the deferred constraint trigger that stamps
--- the commit order sits on this table, so it fires once per transaction, whatever the number of
--- messages, and finds the transaction's messages from first_id on through the primary key. The
--- trigger deletes the row.
+-- transaction id, and the ids of those messages as ranges: a batch's ids, taken in one statement,
+-- are usually one range): the deferred constraint trigger that orders the commit sits on this table,
+-- so it fires once per transaction, whatever the number of messages, and finds the transaction's
+-- messages through the primary key. The trigger deletes the row. receive and the key refresh leave
+-- the calling transaction's own uncommitted messages (these ids) out.
 CREATE TABLE lease_queue.commit_marks (
     xid      bigint NOT NULL,
-    first_id bigint NOT NULL,
+    ids      pg_catalog.int8multirange NOT NULL,
     CONSTRAINT commit_marks_pkey PRIMARY KEY (xid)
 );
 
@@ -644,8 +650,10 @@ $$;
 -- Bring the key rows of `keys` (of one partition) up to date with their messages: lock them in key
 -- order first (so that a producer committing a message of one of them has committed, and is seen by
 -- the next statement, or has not started its commit), then set ready_at from each key's head (NULL
--- if the head is in the open batch) or delete the row if the key has no committed message left.
-CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[])
+-- if the head is in the open batch, whose ids are `batch`) or delete the row if the key has no
+-- committed message left. The calling transaction's own uncommitted messages (its commit mark) are
+-- not the key's yet: they are left out.
+CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[], batch bigint[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -654,9 +662,9 @@ DECLARE
     v_key text COLLATE "C";
     v_id bigint;
     v_deliver_at timestamptz;
-    v_batch bigint;
+    v_own pg_catalog.int8multirange;
 BEGIN
-    IF keys IS NULL THEN
+    IF keys IS NULL OR pg_catalog.cardinality(keys) = 0 THEN
         RETURN;
     END IF;
     PERFORM FROM lease_queue.keys AS k
@@ -664,22 +672,26 @@ BEGIN
         AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
       ORDER BY k.key
         FOR NO KEY UPDATE;
+    SELECT c.ids INTO v_own
+      FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current_if_assigned();
     -- One key at a time, through the primary key and the key's index: the cost is the number of
     -- keys, never the size of the tables.
     FOREACH v_key IN ARRAY keys LOOP
-        SELECT m.id, m.deliver_at, m.batch_id INTO v_id, v_deliver_at, v_batch
+        SELECT m.id, m.deliver_at INTO v_id, v_deliver_at
           FROM lease_queue.messages AS m
          WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
-           AND m.key = v_key AND m.seq IS NOT NULL
+           AND m.key = v_key
+           AND (v_own IS NULL OR NOT m.id OPERATOR(pg_catalog.<@) v_own)
          ORDER BY m.seq
          LIMIT 1;
         IF NOT FOUND THEN
             DELETE FROM lease_queue.keys AS k WHERE k.qid = _refresh_keys.qid AND k.key = v_key;
         ELSE
             UPDATE lease_queue.keys AS k
-               SET ready_at = CASE WHEN v_batch IS NULL THEN v_deliver_at END
+               SET ready_at = CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END
              WHERE k.qid = _refresh_keys.qid AND k.key = v_key
-               AND k.ready_at IS DISTINCT FROM CASE WHEN v_batch IS NULL THEN v_deliver_at END;
+               AND k.ready_at IS DISTINCT FROM
+                   CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END;
         END IF;
     END LOOP;
 END
@@ -707,15 +719,21 @@ AS $$
       CROSS JOIN death
 $$;
 
--- The commit-order stamp: a deferred constraint trigger on lease_queue.commit_marks, whose row for
--- the transaction the first keyed send inserts. It runs in the committing transaction's pre-commit
--- phase (under SET CONSTRAINTS ... IMMEDIATE: at the end of that send's statement; the next send
--- then marks the transaction again). It deletes the mark and stamps every keyed message of the
--- transaction that has no position yet: for each key, in key order,
--- it takes the key's row lock (creating the row for a new key), then gives the key's messages of
--- this transaction positions from lease_queue.positions. The lock is held until the commit, so a
--- second transaction committing messages of the same key waits here until the first has committed:
--- for one key, position order is commit order.
+-- The commit order: a deferred constraint trigger on lease_queue.commit_marks, whose row for the
+-- transaction the first keyed send inserts (later sends add their ids to it). It runs in the
+-- committing transaction's pre-commit phase (under SET CONSTRAINTS ... IMMEDIATE: at the end of that
+-- send's statement; the next send then marks the transaction again). It deletes the mark and, in
+-- one statement for every key of the transaction, in key order, takes each key's row lock (creating
+-- the row for a new key). The lock is held until the commit, so a second transaction committing
+-- messages of the same key waits here until the first has committed. Under the lock:
+--   * if every message of the key in this transaction has a position (its id, from send) above the
+--     key's last_seq, the positions stand and last_seq becomes their highest: one update of the
+--     key's row and no write of a message (the usual case: transactions commit in the order they
+--     sent);
+--   * otherwise (a transaction that sent later committed first) the key's messages of this
+--     transaction get new positions from lease_queue.message_ids, in their order, above every
+--     position taken so far, and last_seq the highest of them.
+-- Either way, for one key, position order is commit order.
 CREATE FUNCTION lease_queue._stamp_commit_order()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -723,41 +741,65 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r record;
-    v_first bigint;
+    v_ids pg_catalog.int8multirange;
+    v_qids bigint[];
+    v_keys text[];
 BEGIN
     DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current()
-    RETURNING c.first_id INTO v_first;
-    IF v_first IS NULL THEN
+    RETURNING c.ids INTO v_ids;
+    IF v_ids IS NULL THEN
         RETURN NULL;
     END IF;
-    -- This transaction's unstamped messages have ids from its first keyed send up to the last id
-    -- this session took: a range of the primary key (other transactions' messages in it are either
-    -- invisible, uncommitted, or committed and stamped). Its cost is the traffic during this
-    -- transaction, not the table's.
-    FOR r IN
+    -- This transaction's keyed messages, through the primary key (those of a rolled-back
+    -- subtransaction are not visible); per key its lowest and highest position and the first one's
+    -- due time (the ready_at of a new key row).
+    WITH mine AS MATERIALIZED (
         SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
-               pg_catalog.array_agg(m.id ORDER BY m.id) AS ids,
-               (pg_catalog.array_agg(m.deliver_at ORDER BY m.id))[1] AS first_due
-          FROM lease_queue.messages AS m
-         WHERE m.id BETWEEN v_first AND pg_catalog.currval('lease_queue.message_ids')
-           AND m.key IS NOT NULL AND m.seq IS NULL
+               pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
+               (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due
+          FROM pg_catalog.unnest(v_ids) AS r(ids)
+          JOIN lease_queue.messages AS m
+            ON m.id >= pg_catalog.lower(r.ids) AND m.id < pg_catalog.upper(r.ids)
+         WHERE m.key IS NOT NULL
          GROUP BY m.qid, m.key
-         ORDER BY m.qid, m.key
-    LOOP
-        -- The key's row lock first; only then the positions (taken after every earlier commit of
-        -- this key has completed).
-        INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
-        VALUES (r.qid, r.key, r.partition, r.first_due)
-        ON CONFLICT (qid, key) DO UPDATE SET ready_at = k.ready_at;
-        WITH numbered AS MATERIALIZED (
-            SELECT u.id, pg_catalog.nextval('lease_queue.positions') AS seq
-              FROM pg_catalog.unnest(r.ids) WITH ORDINALITY AS u(id, n)
-             ORDER BY u.n
-        )
-        UPDATE lease_queue.messages AS m SET seq = numbered.seq
-          FROM numbered WHERE m.id = numbered.id;
-    END LOOP;
+    ), locked AS (
+        INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
+        SELECT mine.qid, mine.key, mine.partition, mine.first_due, mine.last_seq
+          FROM mine
+         ORDER BY mine.qid, mine.key
+        ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
+           SET last_seq = CASE WHEN k.last_seq < (SELECT x.first_seq FROM mine AS x
+                                                   WHERE x.qid = k.qid AND x.key = k.key)
+                               THEN EXCLUDED.last_seq ELSE k.last_seq END
+        RETURNING k.qid, k.key, k.last_seq
+    )
+    -- The keys whose last_seq did not become this transaction's highest position: renumber.
+    SELECT pg_catalog.array_agg(l.qid), pg_catalog.array_agg(l.key) INTO v_qids, v_keys
+      FROM locked AS l
+      JOIN mine ON mine.qid = l.qid AND mine.key = l.key
+     WHERE l.last_seq <> mine.last_seq;
+    IF v_qids IS NULL THEN
+        RETURN NULL;
+    END IF;
+    WITH ordered AS MATERIALIZED (
+        SELECT m.id
+          FROM pg_catalog.unnest(v_ids) AS r(ids)
+          JOIN lease_queue.messages AS m
+            ON m.id >= pg_catalog.lower(r.ids) AND m.id < pg_catalog.upper(r.ids)
+          JOIN ROWS FROM (pg_catalog.unnest(v_qids), pg_catalog.unnest(v_keys)) AS s(qid, key)
+            ON s.qid = m.qid AND s.key = m.key
+         ORDER BY m.qid, m.key, m.seq
+    ), numbered AS MATERIALIZED (
+        SELECT o.id, pg_catalog.nextval('lease_queue.message_ids') AS seq FROM ordered AS o
+    ), moved AS (
+        UPDATE lease_queue.messages AS m SET seq = n.seq
+          FROM numbered AS n WHERE m.id = n.id
+        RETURNING m.qid, m.key, m.seq
+    )
+    UPDATE lease_queue.keys AS k SET last_seq = t.seq
+      FROM (SELECT mv.qid, mv.key, pg_catalog.max(mv.seq) AS seq FROM moved AS mv
+             GROUP BY mv.qid, mv.key) AS t
+     WHERE k.qid = t.qid AND k.key = t.key;
     RETURN NULL;
 END
 $$;
@@ -948,10 +990,7 @@ BEGIN
     END LOOP;
 
     DELETE FROM lease_queue.messages AS m WHERE m.qid = v_qid AND m.key IS NOT NULL;
-    DELETE FROM lease_queue.messages AS m WHERE m.qid = v_qid AND m.key IS NULL AND m.batch_id IS NULL;
-    DELETE FROM lease_queue.messages AS m
-     USING lease_queue.partitions AS p
-     WHERE p.qid = v_qid AND p.batch_id IS NOT NULL AND m.batch_id = p.batch_id;
+    DELETE FROM lease_queue.messages AS m WHERE m.qid = v_qid AND m.key IS NULL;
     DELETE FROM lease_queue.keys AS k WHERE k.qid = v_qid;
     DELETE FROM lease_queue.dead_letters AS d WHERE d.qid = v_qid;
     DELETE FROM lease_queue.partitions AS p WHERE p.qid = v_qid;
@@ -1028,12 +1067,17 @@ BEGIN
     v_id := pg_catalog.nextval('lease_queue.message_ids');
     v_now := pg_catalog.clock_timestamp();
     v_partition := COALESCE(lease_queue.partition_of(send.key, v_partitions), (v_id % v_partitions)::integer);
-    INSERT INTO lease_queue.messages (id, qid, partition, key, payload, enqueued_at, deliver_at)
-    VALUES (v_id, v_qid, v_partition, send.key, send.payload, v_now,
+    -- A keyed message's position is its id, unless its commit finds a later one committed first.
+    INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
+    VALUES (v_id, v_qid, v_partition, send.key, CASE WHEN send.key IS NOT NULL THEN v_id END,
+            send.payload, v_now,
             v_now + pg_catalog.date_part('epoch', send.delay) * interval '1 second');
     IF send.key IS NOT NULL THEN
-        INSERT INTO lease_queue.commit_marks (xid, first_id) VALUES (pg_catalog.txid_current(), v_id)
-        ON CONFLICT DO NOTHING;
+        INSERT INTO lease_queue.commit_marks AS c (xid, ids)
+        VALUES (pg_catalog.txid_current(),
+                pg_catalog.int8multirange(pg_catalog.int8range(v_id, v_id + 1)))
+        ON CONFLICT ON CONSTRAINT commit_marks_pkey
+        DO UPDATE SET ids = c.ids OPERATOR(pg_catalog.+) EXCLUDED.ids;
     END IF;
     IF v_notify THEN
         PERFORM pg_catalog.pg_notify('lease_queue', send.queue || ':' || v_partition);
@@ -1064,6 +1108,7 @@ DECLARE
     v_now timestamptz;
     v_bad text[];
     v_ids bigint[];
+    v_keyed pg_catalog.int8multirange;
     v_parts integer[];
     v_may boolean;
 BEGIN
@@ -1136,20 +1181,24 @@ BEGIN
                WITH ORDINALITY AS u(k, p, i)
          ORDER BY u.i
     ), added AS (
-        INSERT INTO lease_queue.messages (id, qid, partition, key, payload, enqueued_at, deliver_at)
+        INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
         SELECT input.id, v_qid,
                COALESCE(lease_queue.partition_of(input.k, v_partitions), (input.id % v_partitions)::integer),
-               input.k, input.p, v_now,
+               input.k, CASE WHEN input.k IS NOT NULL THEN input.id END, input.p, v_now,
                v_now + pg_catalog.date_part('epoch', send_batch.delay) * interval '1 second'
           FROM input
-        RETURNING lease_queue.messages.id, lease_queue.messages.partition
+        RETURNING lease_queue.messages.id, lease_queue.messages.partition, lease_queue.messages.key
     )
-    SELECT pg_catalog.array_agg(added.id ORDER BY added.id), pg_catalog.array_agg(DISTINCT added.partition)
-      INTO v_ids, v_parts
+    SELECT pg_catalog.array_agg(added.id ORDER BY added.id), pg_catalog.array_agg(DISTINCT added.partition),
+           pg_catalog.range_agg(pg_catalog.int8range(added.id, added.id + 1))
+               FILTER (WHERE added.key IS NOT NULL)
+      INTO v_ids, v_parts, v_keyed
       FROM added;
-    IF EXISTS (SELECT FROM pg_catalog.unnest(send_batch.keys) AS k WHERE k IS NOT NULL) THEN
-        INSERT INTO lease_queue.commit_marks (xid, first_id) VALUES (pg_catalog.txid_current(), v_ids[1])
-        ON CONFLICT DO NOTHING;
+    -- The keyed messages' ids (usually one range) in the transaction's commit mark.
+    IF v_keyed IS NOT NULL THEN
+        INSERT INTO lease_queue.commit_marks AS c (xid, ids) VALUES (pg_catalog.txid_current(), v_keyed)
+        ON CONFLICT ON CONSTRAINT commit_marks_pkey
+        DO UPDATE SET ids = c.ids OPERATOR(pg_catalog.+) EXCLUDED.ids;
     END IF;
     IF v_notify AND v_parts IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify('lease_queue', send_batch.queue || ':' || x)
@@ -1267,6 +1316,247 @@ BEGIN
 END
 $$;
 
+-- The fence and heartbeat of receive and ack_and_receive, under the partition's row lock (p): the
+-- epoch must have been claimed through claim/claim_any (LQ004, after pg_lease's own fencing codes
+-- for a caller that does not hold the lease at all), and the lease is renewed with the claim's ttl
+-- (LE001 not the holder, LE002 lapsed, LE003 stale epoch).
+CREATE FUNCTION lease_queue._heartbeat(fn text, p lease_queue.partitions, lease_key text, owner text,
+                                       epoch bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    IF p.claim_epoch IS DISTINCT FROM _heartbeat.epoch THEN
+        PERFORM lease.fence(lease_key, _heartbeat.owner, _heartbeat.epoch);
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ004',
+            MESSAGE = fn || ': epoch ' || _heartbeat.epoch || ' of ' || pg_catalog.quote_literal(lease_key)
+                      || ' was not claimed through lease_queue.claim',
+            HINT    = 'Take partitions with lease_queue.claim or lease_queue.claim_any, not lease.acquire.';
+    END IF;
+    SELECT n.status INTO v_status FROM lease.renew(lease_key, _heartbeat.owner, _heartbeat.epoch, p.ttl) AS n;
+    IF v_status <> 'ok' THEN
+        PERFORM lease_queue._raise_fenced(fn, lease_key, v_status);
+    END IF;
+END
+$$;
+
+-- Close the open batch `batch_id` of partition p (locked, the caller fenced at `epoch`): delete its
+-- messages, count them, record the batch as the last closed, bring its keys up to date. Returns the
+-- partition's row as it now is. A repeated close of the batch this epoch closed last changes nothing.
+-- LQ002 (fn's) if batch_id is not the open batch at this epoch.
+CREATE FUNCTION lease_queue._close_batch(fn text, queue text, p lease_queue.partitions, epoch bigint,
+                                         batch_id bigint)
+RETURNS lease_queue.partitions
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_acked bigint;
+BEGIN
+    IF p.batch_id IS DISTINCT FROM _close_batch.batch_id OR p.batch_epoch IS DISTINCT FROM _close_batch.epoch THEN
+        IF p.last_batch_id = _close_batch.batch_id AND p.last_batch_epoch = _close_batch.epoch THEN
+            RETURN p;
+        END IF;
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ002',
+            MESSAGE = fn || ': batch ' || _close_batch.batch_id || ' is not the open batch of partition '
+                      || p.partition || ' of ' || pg_catalog.quote_literal(queue) || ' at epoch ' || _close_batch.epoch,
+            DETAIL  = CASE WHEN p.batch_id IS NULL THEN 'The partition has no open batch.'
+                           ELSE 'The open batch is ' || p.batch_id || ', issued at epoch ' || p.batch_epoch || '.' END,
+            HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
+    END IF;
+
+    DELETE FROM lease_queue.messages AS b WHERE b.id = ANY (p.batch_ids);
+    GET DIAGNOSTICS v_acked = ROW_COUNT;
+    UPDATE lease_queue.partitions AS t
+       SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+           batch_keys = NULL, batch_ids = NULL, last_batch_id = p.batch_id,
+           last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    -- Every key the batch held, also those its nacks sent back: one pass, in key order.
+    PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+    p.batch_id := NULL;
+    p.batch_epoch := NULL;
+    p.batch_owner := NULL;
+    p.batch_opened_at := NULL;
+    p.batch_keys := NULL;
+    p.batch_ids := NULL;
+    p.last_batch_id := _close_batch.batch_id;
+    p.last_batch_epoch := _close_batch.epoch;
+    p.acked := p.acked + v_acked;
+    RETURN p;
+END
+$$;
+
+-- The batch receive returns, for partition p (locked, the caller fenced and renewed at `epoch`):
+-- the open batch (re-issued to this epoch if it was issued at an earlier one), or a new batch of up
+-- to `max` deliverable messages, or nothing. See lease_queue.receive.
+CREATE FUNCTION lease_queue._open_batch(p lease_queue.partitions, max_attempts integer, owner text,
+                                        epoch bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_batch bigint;
+    v_left integer;
+    v_ids bigint[] := '{}';
+    v_dead bigint[] := '{}';
+    v_keys text[] COLLATE "C" := '{}';       -- the keys visited (locked), to bring up to date
+    v_taken text[] COLLATE "C" := '{}';      -- the keys of the batch's messages
+    v_own pg_catalog.int8multirange;
+    v_took boolean;
+    c record;
+    m record;
+BEGIN
+    -- An open batch: the same messages again.
+    IF p.batch_id IS NOT NULL THEN
+        IF p.batch_epoch <> _open_batch.epoch THEN
+            -- Its delivery to the former holder ends unacked: counted and recorded as their last.
+            -- Those delivered max_attempts times are dead-lettered; the rest are re-issued.
+            UPDATE lease_queue.messages AS b
+               SET attempts = b.attempts + 1, epoch = p.batch_epoch, last_batch_id = p.batch_id
+             WHERE b.id = ANY (p.batch_ids);
+            SELECT pg_catalog.array_agg(b.id), pg_catalog.array_agg(DISTINCT b.key) FILTER (WHERE b.key IS NOT NULL)
+              INTO v_dead, v_keys
+              FROM lease_queue.messages AS b
+             WHERE b.id = ANY (p.batch_ids) AND b.attempts >= _open_batch.max_attempts;
+            IF v_dead IS NOT NULL THEN
+                PERFORM lease_queue._bury(v_dead, NULL);
+                SELECT pg_catalog.array_agg(u.id ORDER BY u.n) INTO v_ids
+                  FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                 WHERE u.id <> ALL (v_dead);
+            ELSE
+                v_ids := p.batch_ids;
+            END IF;
+            IF pg_catalog.cardinality(v_ids) > 0 THEN
+                UPDATE lease_queue.partitions AS t
+                   SET batch_epoch = _open_batch.epoch, batch_owner = _open_batch.owner, batch_ids = v_ids
+                 WHERE t.qid = p.qid AND t.partition = p.partition;
+                p.batch_ids := v_ids;
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys, v_ids);
+            ELSE
+                -- Every message of the batch was dead-lettered (or sent back by nacks): it is over.
+                UPDATE lease_queue.partitions AS t
+                   SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+                       batch_keys = NULL, batch_ids = NULL
+                 WHERE t.qid = p.qid AND t.partition = p.partition;
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+                p.batch_id := NULL;
+            END IF;
+        END IF;
+        IF p.batch_id IS NOT NULL THEN
+            RETURN QUERY
+                SELECT p.batch_id, b.id, b.key::text, b.payload, b.attempts + 1, b.enqueued_at
+                  FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                  JOIN lease_queue.messages AS b ON b.id = u.id
+                 ORDER BY u.n;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- A new batch. The due keys and unkeyed messages, oldest first. A key's row is locked when the
+    -- batch comes to it, before its messages are read; a key whose row a producer holds at this
+    -- moment (committing) is skipped, not waited for: receive never waits for a producer, and
+    -- delivering a key later is always safe. Only the keys visited are locked and brought up to
+    -- date: the cost follows the batch, not the number of due keys. The calling transaction's own
+    -- uncommitted messages are not delivered.
+    v_now := pg_catalog.clock_timestamp();
+    v_left := _open_batch.max;
+    v_ids := '{}';
+    SELECT k.ids INTO v_own
+      FROM lease_queue.commit_marks AS k WHERE k.xid = pg_catalog.txid_current_if_assigned();
+    FOR c IN
+        SELECT u.t, u.key, u.id, u.attempts FROM (
+            (SELECT k.ready_at AS t, k.key, NULL::bigint AS id, NULL::integer AS attempts
+               FROM lease_queue.keys AS k
+              WHERE k.qid = p.qid AND k.partition = p.partition AND k.ready_at <= v_now
+              ORDER BY k.ready_at, k.key
+              LIMIT _open_batch.max)
+            UNION ALL
+            (SELECT x.deliver_at, NULL, x.id, x.attempts
+               FROM lease_queue.messages AS x
+              WHERE x.qid = p.qid AND x.partition = p.partition AND x.key IS NULL
+                AND x.deliver_at <= v_now
+              ORDER BY x.deliver_at, x.id
+              LIMIT _open_batch.max)) AS u
+         ORDER BY u.t, u.key, u.id
+    LOOP
+        EXIT WHEN v_left = 0;
+        IF c.id IS NOT NULL THEN
+            -- An unkeyed message.
+            IF c.attempts >= _open_batch.max_attempts THEN
+                v_dead := v_dead || c.id;
+            ELSE
+                v_ids := v_ids || c.id;
+                v_left := v_left - 1;
+            END IF;
+            CONTINUE;
+        END IF;
+        PERFORM FROM lease_queue.keys AS k
+          WHERE k.qid = p.qid AND k.key = c.key AND k.ready_at <= v_now
+            FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        v_keys := v_keys || c.key;
+        v_took := false;
+        -- The key's messages from the head, while they are due; a retried message ends the key's
+        -- part of the batch; a message delivered max_attempts times is dead-lettered and skipped.
+        FOR m IN
+            SELECT b.id, b.deliver_at, b.attempts, b.retry
+              FROM lease_queue.messages AS b
+             WHERE b.qid = p.qid AND b.partition = p.partition AND b.key = c.key
+               AND (v_own IS NULL OR NOT b.id OPERATOR(pg_catalog.<@) v_own)
+             ORDER BY b.seq
+        LOOP
+            EXIT WHEN v_left = 0;
+            IF m.attempts >= _open_batch.max_attempts THEN
+                v_dead := v_dead || m.id;
+                CONTINUE;
+            END IF;
+            EXIT WHEN m.deliver_at > v_now;
+            v_ids := v_ids || m.id;
+            v_left := v_left - 1;
+            v_took := true;
+            EXIT WHEN m.retry;
+        END LOOP;
+        IF v_took THEN
+            v_taken := v_taken || c.key;
+        END IF;
+    END LOOP;
+
+    IF pg_catalog.cardinality(v_dead) > 0 THEN
+        PERFORM lease_queue._bury(v_dead, NULL);
+    END IF;
+    IF pg_catalog.cardinality(v_ids) > 0 THEN
+        -- The batch is the partition's row: no message row is written.
+        v_batch := pg_catalog.nextval('lease_queue.batch_ids');
+        UPDATE lease_queue.partitions AS t
+           SET batch_id = v_batch, batch_epoch = _open_batch.epoch, batch_owner = _open_batch.owner,
+               batch_opened_at = v_now,
+               batch_keys = CASE WHEN pg_catalog.cardinality(v_taken) > 0
+                                 THEN (SELECT pg_catalog.array_agg(x ORDER BY x)
+                                         FROM pg_catalog.unnest(v_taken) AS x) END,
+               batch_ids = v_ids
+         WHERE t.qid = p.qid AND t.partition = p.partition;
+    END IF;
+    PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys, v_ids);
+
+    IF v_batch IS NOT NULL THEN
+        RETURN QUERY
+            SELECT v_batch, b.id, b.key::text, b.payload, b.attempts + 1, b.enqueued_at
+              FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(id, n)
+              JOIN lease_queue.messages AS b ON b.id = u.id
+             ORDER BY u.n;
+    END IF;
+END
+$$;
+
 -- ---------------------------------------------------------------------------------------------------
 -- lease_queue.receive(queue, partition, owner, epoch, max) -> SETOF delivery
 --   delivery = (batch_id, id, key, payload, attempts, enqueued_at)
@@ -1295,16 +1585,6 @@ AS $$
 DECLARE
     p lease_queue.partitions;
     q record;
-    v_key text;
-    v_status text;
-    v_now timestamptz;
-    v_batch bigint;
-    v_left integer;
-    v_ids bigint[] := '{}';
-    v_dead bigint[] := '{}';
-    v_keys text[] COLLATE "C";
-    c record;
-    m record;
 BEGIN
     IF (lease_queue._valid_name(receive.queue)
         AND receive.partition BETWEEN 0 AND 1023
@@ -1317,154 +1597,10 @@ BEGIN
     END IF;
     p := lease_queue._lock_partition('lease_queue.receive', receive.queue, receive.partition, 'consume');
     q := lease_queue._queue('lease_queue.receive', receive.queue);
-    v_key := lease_queue.lease_key(receive.queue, receive.partition);
-
-    -- The fence and the heartbeat. A lease not taken through claim has no recorded ttl: refused.
-    IF p.claim_epoch IS DISTINCT FROM receive.epoch THEN
-        PERFORM lease.fence(v_key, receive.owner, receive.epoch);
-        RAISE EXCEPTION USING
-            ERRCODE = 'LQ004',
-            MESSAGE = 'lease_queue.receive: epoch ' || receive.epoch || ' of ' || pg_catalog.quote_literal(v_key)
-                      || ' was not claimed through lease_queue.claim',
-            HINT    = 'Take partitions with lease_queue.claim or lease_queue.claim_any, not lease.acquire.';
-    END IF;
-    SELECT n.status INTO v_status FROM lease.renew(v_key, receive.owner, receive.epoch, p.ttl) AS n;
-    IF v_status <> 'ok' THEN
-        PERFORM lease_queue._raise_fenced('lease_queue.receive', v_key, v_status);
-    END IF;
-
-    -- An open batch: the same messages again.
-    IF p.batch_id IS NOT NULL THEN
-        IF p.batch_epoch <> receive.epoch THEN
-            SELECT pg_catalog.array_agg(b.id) INTO v_dead
-              FROM lease_queue.messages AS b
-             WHERE b.batch_id = p.batch_id AND b.attempts >= q.max_attempts;
-            IF v_dead IS NOT NULL THEN
-                SELECT pg_catalog.array_agg(DISTINCT b.key) INTO v_keys
-                  FROM lease_queue.messages AS b WHERE b.id = ANY (v_dead) AND b.key IS NOT NULL;
-                PERFORM lease_queue._bury(v_dead, NULL);
-                PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys);
-            END IF;
-            UPDATE lease_queue.messages AS b
-               SET attempts = b.attempts + 1, epoch = receive.epoch
-             WHERE b.batch_id = p.batch_id;
-            IF FOUND THEN
-                UPDATE lease_queue.partitions AS t
-                   SET batch_epoch = receive.epoch, batch_owner = receive.owner
-                 WHERE t.qid = p.qid AND t.partition = p.partition;
-            ELSE
-                -- Every message of the batch was dead-lettered: the batch is over.
-                UPDATE lease_queue.partitions AS t
-                   SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
-                       batch_keys = NULL
-                 WHERE t.qid = p.qid AND t.partition = p.partition;
-                PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
-                p.batch_id := NULL;
-            END IF;
-        END IF;
-        IF p.batch_id IS NOT NULL THEN
-            RETURN QUERY
-                SELECT b.batch_id, b.id, b.key::text, b.payload, b.attempts, b.enqueued_at
-                  FROM lease_queue.messages AS b
-                 WHERE b.batch_id = p.batch_id
-                 ORDER BY b.batch_pos;
-            RETURN;
-        END IF;
-    END IF;
-
-    -- A new batch. The due keys and unkeyed messages, oldest first; the key rows are locked in key
-    -- order (the order producers lock them in) before their messages are read. A key whose row a
-    -- producer holds at this moment (committing) is skipped, not waited for: receive never waits for
-    -- a producer, and delivering a key later is always safe.
-    v_now := pg_catalog.clock_timestamp();
-    v_left := receive.max;
-    SELECT pg_catalog.array_agg(k.key) INTO v_keys
-      FROM (SELECT k.key FROM lease_queue.keys AS k
-             WHERE k.qid = p.qid AND k.partition = p.partition AND k.ready_at <= v_now
-             ORDER BY k.ready_at, k.key
-             LIMIT receive.max) AS k;
-    IF v_keys IS NOT NULL THEN
-        SELECT pg_catalog.array_agg(l.key) INTO v_keys
-          FROM (SELECT k.key FROM lease_queue.keys AS k
-                 WHERE k.qid = p.qid AND k.key = ANY (v_keys)
-                 ORDER BY k.key
-                   FOR NO KEY UPDATE SKIP LOCKED) AS l;
-    END IF;
-    v_dead := '{}';
-
-    FOR c IN
-        SELECT u.t, u.key, u.id FROM (
-            (SELECT k.ready_at AS t, k.key, NULL::bigint AS id
-               FROM lease_queue.keys AS k
-              WHERE k.qid = p.qid AND k.key = ANY (COALESCE(v_keys, '{}')) AND k.ready_at <= v_now)
-            UNION ALL
-            (SELECT x.deliver_at, NULL, x.id
-               FROM lease_queue.messages AS x
-              WHERE x.qid = p.qid AND x.partition = p.partition AND x.key IS NULL
-                AND x.batch_id IS NULL AND x.deliver_at <= v_now
-              ORDER BY x.deliver_at, x.id
-              LIMIT receive.max)) AS u
-         ORDER BY u.t, u.key, u.id
-    LOOP
-        EXIT WHEN v_left = 0;
-        IF c.id IS NOT NULL THEN
-            -- An unkeyed message.
-            SELECT b.attempts INTO m FROM lease_queue.messages AS b WHERE b.id = c.id;
-            IF m.attempts >= q.max_attempts THEN
-                v_dead := v_dead || c.id;
-            ELSE
-                v_ids := v_ids || c.id;
-                v_left := v_left - 1;
-            END IF;
-            CONTINUE;
-        END IF;
-        -- A key: its messages from the head, while they are due; a retried message ends the key's
-        -- part of the batch; a message delivered max_attempts times is dead-lettered and skipped.
-        FOR m IN
-            SELECT b.id, b.deliver_at, b.attempts, b.retry, b.batch_id
-              FROM lease_queue.messages AS b
-             WHERE b.qid = p.qid AND b.partition = p.partition AND b.key = c.key AND b.seq IS NOT NULL
-             ORDER BY b.seq
-        LOOP
-            EXIT WHEN v_left = 0 OR m.batch_id IS NOT NULL;
-            IF m.attempts >= q.max_attempts THEN
-                v_dead := v_dead || m.id;
-                CONTINUE;
-            END IF;
-            EXIT WHEN m.deliver_at > v_now;
-            v_ids := v_ids || m.id;
-            v_left := v_left - 1;
-            EXIT WHEN m.retry;
-        END LOOP;
-    END LOOP;
-
-    IF pg_catalog.cardinality(v_dead) > 0 THEN
-        PERFORM lease_queue._bury(v_dead, NULL);
-    END IF;
-    IF pg_catalog.cardinality(v_ids) > 0 THEN
-        v_batch := pg_catalog.nextval('lease_queue.batch_ids');
-        UPDATE lease_queue.messages AS b
-           SET batch_id = v_batch, batch_pos = u.pos, attempts = b.attempts + 1,
-               epoch = receive.epoch, last_batch_id = v_batch
-          FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(id, pos)
-         WHERE b.id = u.id;
-        UPDATE lease_queue.partitions AS t
-           SET batch_id = v_batch, batch_epoch = receive.epoch, batch_owner = receive.owner,
-               batch_opened_at = v_now,
-               batch_keys = (SELECT pg_catalog.array_agg(DISTINCT b.key ORDER BY b.key)
-                               FROM lease_queue.messages AS b
-                              WHERE b.id = ANY (v_ids) AND b.key IS NOT NULL)
-         WHERE t.qid = p.qid AND t.partition = p.partition;
-    END IF;
-    PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys);
-
-    IF v_batch IS NOT NULL THEN
-        RETURN QUERY
-            SELECT b.batch_id, b.id, b.key::text, b.payload, b.attempts, b.enqueued_at
-              FROM lease_queue.messages AS b
-             WHERE b.batch_id = v_batch
-             ORDER BY b.batch_pos;
-    END IF;
+    PERFORM lease_queue._heartbeat('lease_queue.receive', p,
+        lease_queue.lease_key(receive.queue, receive.partition), receive.owner, receive.epoch);
+    RETURN QUERY
+        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, receive.owner, receive.epoch, receive.max);
 END
 $$;
 
@@ -1488,7 +1624,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p lease_queue.partitions;
-    v_acked bigint;
 BEGIN
     IF (lease_queue._valid_name(ack.queue)
         AND ack.partition BETWEEN 0 AND 1023
@@ -1501,29 +1636,57 @@ BEGIN
     END IF;
     p := lease_queue._lock_partition('lease_queue.ack', ack.queue, ack.partition, 'consume');
     PERFORM lease.fence(lease_queue.lease_key(ack.queue, ack.partition), ack.owner, ack.epoch);
+    PERFORM lease_queue._close_batch('lease_queue.ack', ack.queue, p, ack.epoch, ack.batch_id);
+END
+$$;
 
-    IF p.batch_id IS DISTINCT FROM ack.batch_id OR p.batch_epoch IS DISTINCT FROM ack.epoch THEN
-        IF p.last_batch_id = ack.batch_id AND p.last_batch_epoch = ack.epoch THEN
-            RETURN;
-        END IF;
-        RAISE EXCEPTION USING
-            ERRCODE = 'LQ002',
-            MESSAGE = 'lease_queue.ack: batch ' || ack.batch_id || ' is not the open batch of partition '
-                      || ack.partition || ' of ' || pg_catalog.quote_literal(ack.queue) || ' at epoch ' || ack.epoch,
-            DETAIL  = CASE WHEN p.batch_id IS NULL THEN 'The partition has no open batch.'
-                           ELSE 'The open batch is ' || p.batch_id || ', issued at epoch ' || p.batch_epoch || '.' END,
-            HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.ack_and_receive(queue, partition, owner, epoch, batch_id, max) -> SETOF delivery
+--
+-- ack of batch_id (when not NULL) and then receive of up to `max`, in one statement: a consumer's
+-- loop makes one round trip per batch. Fenced and a heartbeat as receive (LE001/LE002/LE003,
+-- LQ004), checked before anything changes; the ack's LQ002 as ack (batch_id not the open batch at
+-- this epoch, nor the one this epoch closed last). Returns what receive would return right after
+-- the ack: the next batch (or the open one, when the ack was a repeat, so a retry after a lost
+-- answer gets the same batch again), or no rows. Errors change nothing: a failed call neither acks
+-- nor opens. LQ001 no such queue; 22023 on invalid input (as receive; batch_id may be NULL).
+-- Database writes made earlier in the same transaction commit only if the call does.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease_queue.ack_and_receive(
+    queue text, partition integer, owner text, epoch bigint, batch_id bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    q record;
+BEGIN
+    IF (lease_queue._valid_name(ack_and_receive.queue)
+        AND ack_and_receive.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(ack_and_receive.owner) BETWEEN 1 AND 1024
+        AND ack_and_receive.epoch IS NOT NULL
+        AND ack_and_receive.max BETWEEN 1 AND 10000) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.ack_and_receive', ack_and_receive.queue,
+            ack_and_receive.partition, ack_and_receive.owner, ack_and_receive.epoch,
+            lease_queue._int_violations('max', ack_and_receive.max, 1, 10000));
     END IF;
-
-    DELETE FROM lease_queue.messages AS b WHERE b.batch_id = p.batch_id;
-    GET DIAGNOSTICS v_acked = ROW_COUNT;
-    UPDATE lease_queue.partitions AS t
-       SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
-           batch_keys = NULL, last_batch_id = p.batch_id, last_batch_epoch = ack.epoch,
-           acked = t.acked + v_acked
-     WHERE t.qid = p.qid AND t.partition = p.partition;
-    -- Every key the batch held, also those its nacks sent back: one pass, in key order.
-    PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
+    p := lease_queue._lock_partition('lease_queue.ack_and_receive', ack_and_receive.queue,
+                                     ack_and_receive.partition, 'consume');
+    q := lease_queue._queue('lease_queue.ack_and_receive', ack_and_receive.queue);
+    PERFORM lease_queue._heartbeat('lease_queue.ack_and_receive', p,
+        lease_queue.lease_key(ack_and_receive.queue, ack_and_receive.partition),
+        ack_and_receive.owner, ack_and_receive.epoch);
+    IF ack_and_receive.batch_id IS NOT NULL THEN
+        p := lease_queue._close_batch('lease_queue.ack_and_receive', ack_and_receive.queue, p,
+                                      ack_and_receive.epoch, ack_and_receive.batch_id);
+    END IF;
+    RETURN QUERY
+        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, ack_and_receive.owner,
+                                              ack_and_receive.epoch, ack_and_receive.max);
 END
 $$;
 
@@ -1553,6 +1716,8 @@ DECLARE
     p lease_queue.partitions;
     q record;
     m lease_queue.messages;
+    v_back bigint[];
+    v_dead boolean;
 BEGIN
     IF (lease_queue._valid_name(nack.queue)
         AND nack.partition BETWEEN 0 AND 1023
@@ -1585,13 +1750,13 @@ BEGIN
     END IF;
 
     SELECT * INTO m FROM lease_queue.messages AS b WHERE b.id = nack.id AND b.qid = p.qid;
-    IF FOUND AND m.batch_id IS NULL AND m.last_batch_id = nack.batch_id AND m.epoch = nack.epoch THEN
+    IF FOUND AND m.id <> ALL (p.batch_ids) AND m.last_batch_id = nack.batch_id AND m.epoch = nack.epoch THEN
         RETURN 'retrying';                               -- sent back by this batch already
     ELSIF NOT FOUND AND EXISTS (SELECT FROM lease_queue.dead_letters AS d
                                  WHERE d.id = nack.id AND d.qid = p.qid AND d.batch_id = nack.batch_id
                                    AND d.epoch = nack.epoch) THEN
         RETURN 'dead_lettered';
-    ELSIF NOT FOUND OR m.batch_id IS DISTINCT FROM nack.batch_id THEN
+    ELSIF NOT FOUND OR m.id <> ALL (p.batch_ids) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'LQ003',
             MESSAGE = 'lease_queue.nack: message ' || nack.id || ' is not in batch ' || nack.batch_id,
@@ -1602,22 +1767,38 @@ BEGIN
     -- is abandoned, in key order. (Locking the key now would take key rows out of order in a
     -- transaction that nacks one key and then acks, and deadlock with a committing producer.)
     IF m.key IS NOT NULL THEN
-        -- The later messages of the key in this batch go back undelivered.
-        UPDATE lease_queue.messages AS b
-           SET batch_id = NULL, batch_pos = NULL, attempts = b.attempts - 1
-         WHERE b.qid = p.qid AND b.partition = p.partition AND b.key = m.key
-           AND b.seq > m.seq AND b.batch_id = p.batch_id;
+        -- The later messages of the key in this batch go back undelivered (their delivery is not
+        -- counted); they record this batch, so that a repeated nack of one of them is recognised.
+        WITH back AS (
+            UPDATE lease_queue.messages AS b
+               SET epoch = nack.epoch, last_batch_id = nack.batch_id
+             WHERE b.id = ANY (p.batch_ids) AND b.key = m.key AND b.seq > m.seq
+            RETURNING b.id
+        )
+        SELECT pg_catalog.array_agg(back.id) INTO v_back FROM back;
     END IF;
-    IF m.attempts >= q.max_attempts THEN
+    -- The message's delivery ends: counted and recorded as its last.
+    v_dead := m.attempts + 1 >= q.max_attempts;
+    IF v_dead THEN
+        UPDATE lease_queue.messages AS b
+           SET attempts = b.attempts + 1, epoch = nack.epoch, last_batch_id = nack.batch_id
+         WHERE b.id = m.id;
         PERFORM lease_queue._bury(ARRAY[m.id], nack.reason);
     ELSE
         UPDATE lease_queue.messages AS b
-           SET batch_id = NULL, batch_pos = NULL, retry = true, reason = nack.reason,
+           SET attempts = b.attempts + 1, epoch = nack.epoch, last_batch_id = nack.batch_id,
+               retry = true, reason = nack.reason,
                deliver_at = pg_catalog.clock_timestamp()
                             + pg_catalog.date_part('epoch', nack.retry_after) * interval '1 second'
          WHERE b.id = m.id;
     END IF;
-    RETURN CASE WHEN m.attempts >= q.max_attempts THEN 'dead_lettered' ELSE 'retrying' END;
+    -- They leave the batch (its row); the rest stays open for the ack.
+    UPDATE lease_queue.partitions AS t
+       SET batch_ids = COALESCE((SELECT pg_catalog.array_agg(u.id ORDER BY u.n)
+                                   FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                                  WHERE u.id <> m.id AND u.id <> ALL (COALESCE(v_back, '{}'))), '{}')
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    RETURN CASE WHEN v_dead THEN 'dead_lettered' ELSE 'retrying' END;
 END
 $$;
 
@@ -1665,11 +1846,12 @@ BEGIN
                 DETAIL  = 'Batch ' || p.batch_id || ' was issued at epoch ' || p.batch_epoch || '.',
                 HINT    = 'Ack the batch first, or release with force => true to abandon it.';
         END IF;
+        -- Their delivery ends unacked: counted and recorded as their last.
         UPDATE lease_queue.messages AS b
-           SET batch_id = NULL, batch_pos = NULL
-         WHERE b.batch_id = p.batch_id;
+           SET attempts = b.attempts + 1, epoch = p.batch_epoch, last_batch_id = p.batch_id
+         WHERE b.id = ANY (p.batch_ids);
         GET DIAGNOSTICS v_abandoned = ROW_COUNT;
-        PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
+        PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
     END IF;
 
     SELECT lease.release(v_key, release.owner, release.epoch) INTO v_status;
@@ -1679,7 +1861,7 @@ BEGIN
     UPDATE lease_queue.partitions AS t
        SET claim_epoch = NULL, ttl = NULL,
            batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
-           batch_keys = NULL
+           batch_keys = NULL, batch_ids = NULL
      WHERE t.qid = p.qid AND t.partition = p.partition;
     RETURN v_abandoned;
 END
@@ -1752,8 +1934,8 @@ BEGIN
     END IF;
     SELECT pg_catalog.min(m.seq) INTO v_head
       FROM lease_queue.messages AS m
-     WHERE m.qid = q.qid AND m.partition = v_partition AND m.key = v_key AND m.seq IS NOT NULL;
-    v_head := COALESCE(v_head, pg_catalog.nextval('lease_queue.positions'));
+     WHERE m.qid = q.qid AND m.partition = v_partition AND m.key = v_key;
+    v_head := COALESCE(v_head, pg_catalog.nextval('lease_queue.message_ids'));
 
     WITH back AS (
         DELETE FROM lease_queue.dead_letters AS d
@@ -1766,7 +1948,13 @@ BEGIN
     SELECT o.id, o.qid, v_partition, o.key, v_head - o.n, o.payload, o.enqueued_at, v_now
       FROM ordered AS o;
     GET DIAGNOSTICS v_count = ROW_COUNT;
-    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[v_key]);
+    -- Its positions lie below the key's head (or below every position yet to be taken): last_seq
+    -- still bounds the key's positions from above.
+    UPDATE lease_queue.keys AS k SET last_seq = GREATEST(k.last_seq, v_head - 1)
+     WHERE k.qid = q.qid AND k.key = v_key AND k.last_seq < v_head - 1;
+    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[v_key],
+        (SELECT t.batch_ids FROM lease_queue.partitions AS t
+          WHERE t.qid = q.qid AND t.partition = v_partition));
     IF q.notify AND v_count > 0 THEN
         PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || v_partition);
     END IF;
@@ -1875,7 +2063,9 @@ BEGIN
           WHERE k.qid = q.qid AND k.partition = next_due.partition AND k.ready_at IS NOT NULL
           ORDER BY k.ready_at LIMIT 1),
         (SELECT m.deliver_at FROM lease_queue.messages AS m
-          WHERE m.qid = q.qid AND m.partition = next_due.partition AND m.key IS NULL AND m.batch_id IS NULL
+          WHERE m.qid = q.qid AND m.partition = next_due.partition AND m.key IS NULL
+            AND m.id <> ALL (COALESCE((SELECT t.batch_ids FROM lease_queue.partitions AS t
+                                        WHERE t.qid = q.qid AND t.partition = next_due.partition), '{}'))
           ORDER BY m.deliver_at, m.id LIMIT 1));
 END
 $$;
@@ -1995,15 +2185,19 @@ BEGIN
              WHERE m.qid = ANY (v_qids) AND m.key IS NOT NULL AND m.seq IS NOT NULL
              GROUP BY m.qid, m.partition
         ), unkeyed AS MATERIALIZED (
-            -- Per partition: its unkeyed messages outside the open batch, and the first sent.
+            -- Per partition: its unkeyed messages (the open batch's among them), and the first sent.
             SELECT m.qid, m.partition, pg_catalog.count(*) AS n, pg_catalog.min(m.id) AS first_id
               FROM lease_queue.messages AS m
-             WHERE m.qid = ANY (v_qids) AND m.key IS NULL AND m.batch_id IS NULL
+             WHERE m.qid = ANY (v_qids) AND m.key IS NULL
              GROUP BY m.qid, m.partition
         ), held AS MATERIALIZED (
+            -- Keys with a nacked message awaiting its retry (not redelivered in the open batch).
             SELECT m.qid, m.partition, pg_catalog.count(DISTINCT m.key) AS n
               FROM lease_queue.messages AS m
-             WHERE m.qid = ANY (v_qids) AND m.retry AND m.batch_id IS NULL AND m.key IS NOT NULL
+             WHERE m.qid = ANY (v_qids) AND m.retry AND m.key IS NOT NULL
+               AND NOT EXISTS (SELECT FROM lease_queue.partitions AS t
+                                WHERE t.qid = m.qid AND t.partition = m.partition
+                                  AND m.id = ANY (t.batch_ids))
              GROUP BY m.qid, m.partition
         ), dead AS MATERIALIZED (
             SELECT d.qid, d.partition, pg_catalog.count(*) AS n
@@ -2017,9 +2211,8 @@ BEGIN
                CASE WHEN s.may THEN l.expires_at END,
                CASE WHEN s.may THEN p.batch_id END, CASE WHEN s.may THEN p.batch_epoch END,
                b.size, p.batch_opened_at,
-               -- Pending: the committed keyed messages and the unkeyed ones; the open batch's
-               -- unkeyed messages are not among the latter, its keyed ones are among the former.
-               COALESCE(k.n, 0) + COALESCE(u.n, 0) - b.keyed,
+               -- Pending: the committed keyed messages and the unkeyed ones, less the open batch's.
+               COALESCE(k.n, 0) + COALESCE(u.n, 0) - b.size,
                -- The first keyed message: its key is found in the index, in key order, stopping
                -- at the first entry at the lowest position; then its row.
                LEAST((SELECT pg_catalog.min(x.enqueued_at) FROM lease_queue.messages AS x
@@ -2030,16 +2223,13 @@ BEGIN
                                        ORDER BY y.key
                                        LIMIT 1)),
                      (SELECT x.enqueued_at FROM lease_queue.messages AS x
-                       WHERE x.id = LEAST(u.first_id, b.first_unkeyed))),
+                       WHERE x.id = u.first_id)),
                COALESCE(h.n, 0), COALESCE(d.n, 0), p.acked
           FROM sel AS s
           JOIN lease_queue.partitions AS p ON p.qid = s.qid
           LEFT JOIN LATERAL lease.inspect(lease_queue.lease_key(s.name, p.partition)) AS l ON true
           CROSS JOIN LATERAL (
-                SELECT pg_catalog.count(*) AS size, pg_catalog.count(x.key) AS keyed,
-                       pg_catalog.min(x.id) FILTER (WHERE x.key IS NULL) AS first_unkeyed
-                  FROM lease_queue.messages AS x
-                 WHERE x.batch_id = p.batch_id) AS b
+                SELECT COALESCE(pg_catalog.cardinality(p.batch_ids), 0)::bigint AS size) AS b
           LEFT JOIN keyed AS k ON k.qid = p.qid AND k.partition = p.partition
           LEFT JOIN unkeyed AS u ON u.qid = p.qid AND u.partition = p.partition
           LEFT JOIN held AS h ON h.qid = p.qid AND h.partition = p.partition
@@ -2055,7 +2245,7 @@ CREATE FUNCTION lease_queue.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.2.0'::text $$;
+AS $$ SELECT '0.3.0'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Privileges of the functions. Internal helpers: no one but the owner. Administration: the installing
@@ -2074,7 +2264,10 @@ REVOKE ALL ON FUNCTION lease_queue._queue_for(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._may(bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._raise_not_granted(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._raise_fenced(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._heartbeat(text, lease_queue.partitions, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._close_batch(text, text, lease_queue.partitions, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._open_batch(lease_queue.partitions, integer, text, bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._bury(bigint[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._stamp_commit_order() FROM PUBLIC;
 

@@ -77,9 +77,10 @@ async fn receive_after_the_lease_lapsed_is_refused_with_le002_and_changes_nothin
     );
     assert_eq!(f.snapshot().await, before);
     for d in &batch {
+        // The row counts the deliveries that ended; the open one is the batch's (since 0.3.0).
         assert_eq!(
             message_row(&f.su, d.id).await.unwrap().1,
-            1,
+            0,
             "no attempt counted"
         );
     }

@@ -110,7 +110,7 @@ async fn no_internal_helper_is_executable_by_the_application_role_or_public() {
         )
         .await
         .unwrap();
-    assert!(rows.len() >= 13, "the helpers are there: {}", rows.len());
+    assert!(rows.len() >= 16, "the helpers are there: {}", rows.len());
     for r in &rows {
         let name: String = r.get(0);
         assert!(!r.get::<_, bool>(1), "{APP} may execute {name}");
@@ -120,7 +120,10 @@ async fn no_internal_helper_is_executable_by_the_application_role_or_public() {
         "SELECT lease_queue._valid_name('q')",
         "SELECT lease_queue._queue('f', 'q')",
         "SELECT lease_queue._raise_invalid_input('f', ARRAY['x'])",
-        "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'])",
+        "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'], NULL)",
+        "SELECT * FROM lease_queue._open_batch(NULL::lease_queue.partitions, 1, 'w', 1, 1)",
+        "SELECT * FROM lease_queue._close_batch('f', 'q', NULL::lease_queue.partitions, 1, 1)",
+        "SELECT lease_queue._heartbeat('f', NULL::lease_queue.partitions, 'k', 'w', 1)",
         "SELECT lease_queue._bury(ARRAY[1::bigint], 'r')",
         "SELECT * FROM lease_queue._lock_partition('f', 'q', 0, NULL)",
         "SELECT * FROM lease_queue._queue_for('f', 'q', 'consume')",
@@ -151,6 +154,7 @@ async fn every_public_function_is_callable_by_the_application_role_with_a_pinned
         names,
         [
             "ack",
+            "ack_and_receive",
             "claim",
             "claim_any",
             "create_queue",

@@ -14,7 +14,9 @@ async fn rows(f: &Fixture, batch: i64) -> String {
              SELECT 'partition ' || p::text FROM lease_queue.partitions AS p
                JOIN lease_queue.queues AS q USING (qid) WHERE q.name = $2
              UNION ALL
-             SELECT 'message ' || m::text FROM lease_queue.messages AS m WHERE m.batch_id = $3
+             SELECT 'message ' || m::text FROM lease_queue.messages AS m
+               JOIN lease_queue.partitions AS p ON m.id = ANY (p.batch_ids)
+              WHERE p.batch_id = $3
              ORDER BY 1",
             &[&f.lease_key(0), &f.q, &batch],
         )

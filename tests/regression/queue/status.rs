@@ -167,9 +167,10 @@ type Expected = (i32, i64, i64, Option<SystemTime>, i64, i64);
 async fn expected(su: &tokio_postgres::Client, q: &str) -> Vec<Expected> {
     su.query(
         "SELECT p.partition,
-                (SELECT count(*) FROM lease_queue.messages AS m WHERE m.batch_id = p.batch_id),
+                (SELECT count(*) FROM lease_queue.messages AS m WHERE m.id = ANY (p.batch_ids)),
                 (SELECT count(*) FROM lease_queue.messages AS m
-                  WHERE m.qid = p.qid AND m.partition = p.partition AND m.batch_id IS NULL),
+                  WHERE m.qid = p.qid AND m.partition = p.partition
+                    AND m.id <> ALL (COALESCE(p.batch_ids, '{}'))),
                 LEAST((SELECT m.enqueued_at FROM lease_queue.messages AS m
                         WHERE m.qid = p.qid AND m.partition = p.partition AND m.key IS NOT NULL
                         ORDER BY m.seq, m.key LIMIT 1),
@@ -178,7 +179,7 @@ async fn expected(su: &tokio_postgres::Client, q: &str) -> Vec<Expected> {
                         ORDER BY m.id LIMIT 1)),
                 (SELECT count(DISTINCT m.key) FROM lease_queue.messages AS m
                   WHERE m.qid = p.qid AND m.partition = p.partition AND m.retry
-                    AND m.batch_id IS NULL),
+                    AND m.id <> ALL (COALESCE(p.batch_ids, '{}'))),
                 (SELECT count(*) FROM lease_queue.dead_letters AS d
                   WHERE d.qid = p.qid AND d.partition = p.partition)
            FROM lease_queue.partitions AS p JOIN lease_queue.queues AS q ON q.qid = p.qid
@@ -248,9 +249,7 @@ impl Steps {
 async fn open_batch(su: &tokio_postgres::Client, q: &str, p: i32) -> Option<(i64, i64, Vec<i64>)> {
     let r = su
         .query_one(
-            "SELECT t.batch_id, t.batch_epoch,
-                    ARRAY(SELECT m.id FROM lease_queue.messages AS m
-                           WHERE m.batch_id = t.batch_id ORDER BY m.batch_pos)
+            "SELECT t.batch_id, t.batch_epoch, COALESCE(t.batch_ids, '{}')
                FROM lease_queue.partitions AS t JOIN lease_queue.queues AS q ON q.qid = t.qid
               WHERE q.name = $1 AND t.partition = $2",
             &[&q, &p],
@@ -403,12 +402,13 @@ async fn oldest_enqueued_at_is_the_first_pending_message_in_commit_order_not_the
     };
     assert_eq!(oldest().await, None, "nothing pending");
 
-    // Keyed: a is sent first but committed after b, so b is first in commit order (it gets the
-    // lower position) and oldest_enqueued_at is b's, not the earliest enqueued_at (a's).
+    // Keyed: a is sent first but committed after b, a message of the same key, so b is first in
+    // commit order (a's commit gives it a position after b's) and oldest_enqueued_at is b's, not
+    // the earliest enqueued_at (a's).
     let producer = f.another_app().await;
     producer.batch_execute("BEGIN").await.unwrap();
-    let a = send(&producer, &f.q, Some("a"), "a1", "0").await;
-    let b = send(&f.app, &f.q, Some("b"), "b1", "0").await;
+    let a = send(&producer, &f.q, Some("k"), "a1", "0").await;
+    let b = send(&f.app, &f.q, Some("k"), "b1", "0").await;
     producer.batch_execute("COMMIT").await.unwrap();
     let (a_at, b_at) = (enqueued_at(a).await, enqueued_at(b).await);
     assert!(a_at < b_at);
@@ -417,7 +417,7 @@ async fn oldest_enqueued_at_is_the_first_pending_message_in_commit_order_not_the
     // The open batch's messages are pending too.
     let e = f.claim(0, "w").await;
     let batch = f.receive(0, "w", e, 10).await;
-    assert_eq!(labels(&batch), ["a1", "b1"]);
+    assert_eq!(labels(&batch), ["b1", "a1"], "the key's commit order");
     assert_eq!(oldest().await, Some(b_at), "both in the open batch");
     f.ack(0, "w", e, batch_id(&batch)).await;
     assert_eq!(oldest().await, None);

@@ -1,0 +1,1286 @@
+-- pg_lease_queue 0.2.0 -> 0.3.0: the hot path (issue 26). A message is written once when sent and
+-- once when acked; ordering its commit and delivering it write no message row in the usual case.
+--
+-- Changed (behaviour kept: per-key commit order, fencing, re-issue to the heir, nack, dead letters,
+-- every SQLSTATE; docs/QUEUE.md):
+--   * A keyed message's position is its id, taken when it is sent; the commit trigger keeps it unless
+--     a transaction that sent a message of the same key later committed first (then, under the key's
+--     row lock, it takes new positions, as before). The key row records last_seq, an upper bound of
+--     its committed positions. The trigger works in one statement for all keys of the transaction
+--     (it was two per key); the commit mark holds the transaction's message ids as ranges.
+--   * The open batch is the partition's row: batch_ids lists its messages in delivery order. A
+--     delivery writes no message row; a message's attempts counts the deliveries that ended (the
+--     one in an open batch is added when the batch is re-issued, nacked or abandoned), and its
+--     epoch and last_batch_id are written then. receive reports attempts as before.
+--   * receive locks a due key only when its batch comes to it, and brings only the keys it visited
+--     up to date (was: every due key, up to max, locked and refreshed each time).
+-- Added: lease_queue.ack_and_receive(queue, partition, owner, epoch, batch_id, max): ack and the
+--        next receive in one statement.
+-- Removed: the columns messages.batch_id and batch_pos and the index messages_by_batch (the batch
+--          is on the partition row); the partial indexes messages_unkeyed_due and
+--          messages_held_back lose their batch_id conditions. The sequence positions is no longer
+--          used (kept: dumps of earlier releases restore).
+-- Upgrade: moves each open batch onto its partition row (its messages' attempts less the open
+-- delivery), sets every key's last_seq from its messages, moves message_ids above every position
+-- taken so far, rebuilds two indexes (a scan of lease_queue.messages, under a lock that makes sends,
+-- deliveries and acks wait). All state is kept: messages (in open batches, retrying, delayed), dead
+-- letters, epochs, counters.
+
+\echo Use "ALTER EXTENSION pg_lease_queue UPDATE TO '0.3.0'" to load this file. \quit
+
+-- Nothing may send, deliver or ack during the update (a producer in flight commits first, under 0.2.0).
+LOCK TABLE lease_queue.partitions, lease_queue.messages, lease_queue.keys, lease_queue.commit_marks
+    IN ACCESS EXCLUSIVE MODE;
+
+-- The open batches move onto their partitions' rows, in delivery order ('{}' for a batch whose
+-- every message a nack sent back); their messages' open delivery is no longer counted in attempts.
+ALTER TABLE lease_queue.partitions ADD COLUMN batch_ids bigint[];
+UPDATE lease_queue.partitions AS t
+   SET batch_ids = COALESCE((SELECT pg_catalog.array_agg(m.id ORDER BY m.batch_pos)
+                               FROM lease_queue.messages AS m WHERE m.batch_id = t.batch_id), '{}')
+ WHERE t.batch_id IS NOT NULL;
+UPDATE lease_queue.messages AS m SET attempts = m.attempts - 1 WHERE m.batch_id IS NOT NULL;
+
+-- Positions are taken from message_ids from now on: above every position taken so far.
+SELECT pg_catalog.setval('lease_queue.message_ids',
+                         GREATEST((SELECT s.last_value FROM lease_queue.message_ids AS s),
+                                  (SELECT s.last_value FROM lease_queue.positions AS s)));
+
+ALTER TABLE lease_queue.keys ADD COLUMN last_seq bigint NOT NULL DEFAULT 0;
+UPDATE lease_queue.keys AS k
+   SET last_seq = COALESCE((SELECT pg_catalog.max(m.seq) FROM lease_queue.messages AS m
+                             WHERE m.qid = k.qid AND m.partition = k.partition AND m.key = k.key), 0);
+
+DROP INDEX lease_queue.messages_by_batch;
+DROP INDEX lease_queue.messages_unkeyed_due;
+DROP INDEX lease_queue.messages_held_back;
+ALTER TABLE lease_queue.messages DROP COLUMN batch_id, DROP COLUMN batch_pos;
+CREATE INDEX messages_unkeyed_due ON lease_queue.messages (qid, partition, deliver_at, id)
+    WHERE key IS NULL;
+CREATE INDEX messages_held_back ON lease_queue.messages (qid, partition, key)
+    WHERE retry AND key IS NOT NULL;
+
+-- No transaction has uncommitted keyed messages now (the table locks above waited for them).
+DELETE FROM lease_queue.commit_marks;
+ALTER TABLE lease_queue.commit_marks DROP COLUMN first_id,
+                                     ADD COLUMN ids pg_catalog.int8multirange NOT NULL;
+
+DROP FUNCTION lease_queue._refresh_keys(bigint, integer, text[]);
+
+
+-- The commit order: a deferred constraint trigger on lease_queue.commit_marks, whose row for the
+-- transaction the first keyed send inserts (later sends add their ids to it). It runs in the
+-- committing transaction's pre-commit phase (under SET CONSTRAINTS ... IMMEDIATE: at the end of that
+-- send's statement; the next send then marks the transaction again). It deletes the mark and, in
+-- one statement for every key of the transaction, in key order, takes each key's row lock (creating
+-- the row for a new key). The lock is held until the commit, so a second transaction committing
+-- messages of the same key waits here until the first has committed. Under the lock:
+--   * if every message of the key in this transaction has a position (its id, from send) above the
+--     key's last_seq, the positions stand and last_seq becomes their highest: one update of the
+--     key's row and no write of a message (the usual case: transactions commit in the order they
+--     sent);
+--   * otherwise (a transaction that sent later committed first) the key's messages of this
+--     transaction get new positions from lease_queue.message_ids, in their order, above every
+--     position taken so far, and last_seq the highest of them.
+-- Either way, for one key, position order is commit order.
+CREATE OR REPLACE FUNCTION lease_queue._stamp_commit_order()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ids pg_catalog.int8multirange;
+    v_qids bigint[];
+    v_keys text[];
+BEGIN
+    DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current()
+    RETURNING c.ids INTO v_ids;
+    IF v_ids IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- This transaction's keyed messages, through the primary key (those of a rolled-back
+    -- subtransaction are not visible); per key its lowest and highest position and the first one's
+    -- due time (the ready_at of a new key row).
+    WITH mine AS MATERIALIZED (
+        SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
+               pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
+               (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due
+          FROM pg_catalog.unnest(v_ids) AS r(ids)
+          JOIN lease_queue.messages AS m
+            ON m.id >= pg_catalog.lower(r.ids) AND m.id < pg_catalog.upper(r.ids)
+         WHERE m.key IS NOT NULL
+         GROUP BY m.qid, m.key
+    ), locked AS (
+        INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
+        SELECT mine.qid, mine.key, mine.partition, mine.first_due, mine.last_seq
+          FROM mine
+         ORDER BY mine.qid, mine.key
+        ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
+           SET last_seq = CASE WHEN k.last_seq < (SELECT x.first_seq FROM mine AS x
+                                                   WHERE x.qid = k.qid AND x.key = k.key)
+                               THEN EXCLUDED.last_seq ELSE k.last_seq END
+        RETURNING k.qid, k.key, k.last_seq
+    )
+    -- The keys whose last_seq did not become this transaction's highest position: renumber.
+    SELECT pg_catalog.array_agg(l.qid), pg_catalog.array_agg(l.key) INTO v_qids, v_keys
+      FROM locked AS l
+      JOIN mine ON mine.qid = l.qid AND mine.key = l.key
+     WHERE l.last_seq <> mine.last_seq;
+    IF v_qids IS NULL THEN
+        RETURN NULL;
+    END IF;
+    WITH ordered AS MATERIALIZED (
+        SELECT m.id
+          FROM pg_catalog.unnest(v_ids) AS r(ids)
+          JOIN lease_queue.messages AS m
+            ON m.id >= pg_catalog.lower(r.ids) AND m.id < pg_catalog.upper(r.ids)
+          JOIN ROWS FROM (pg_catalog.unnest(v_qids), pg_catalog.unnest(v_keys)) AS s(qid, key)
+            ON s.qid = m.qid AND s.key = m.key
+         ORDER BY m.qid, m.key, m.seq
+    ), numbered AS MATERIALIZED (
+        SELECT o.id, pg_catalog.nextval('lease_queue.message_ids') AS seq FROM ordered AS o
+    ), moved AS (
+        UPDATE lease_queue.messages AS m SET seq = n.seq
+          FROM numbered AS n WHERE m.id = n.id
+        RETURNING m.qid, m.key, m.seq
+    )
+    UPDATE lease_queue.keys AS k SET last_seq = t.seq
+      FROM (SELECT mv.qid, mv.key, pg_catalog.max(mv.seq) AS seq FROM moved AS mv
+             GROUP BY mv.qid, mv.key) AS t
+     WHERE k.qid = t.qid AND k.key = t.key;
+    RETURN NULL;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.send(queue, key, payload, delay DEFAULT 0) -> bigint (the message id)
+--
+-- Adds a message, deliverable no earlier than `delay` from now, that commits or rolls back with the
+-- caller's transaction (a transactional outbox). A message with a key goes to partition
+-- lease_queue.partition_of(key, partitions) and is delivered after every message of its key that
+-- committed before it; a NULL key means unordered (partition id mod partitions). A delayed message
+-- holds back the later messages of its key until it is delivered. Holds a FOR KEY SHARE lock on
+-- the queue's row until the transaction ends (a drop_queue waits for it). If the queue notifies,
+-- sends pg_notify('lease_queue', '<queue>:<partition>'), which PostgreSQL delivers when the
+-- transaction commits (never if it rolls back), once per distinct payload per transaction.
+-- LQ001 if there is no such queue; 55000 if triggers are disabled (session_replication_role =
+-- replica: commit order could not be recorded); 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.send(queue text, key text, payload jsonb, delay interval DEFAULT interval '0')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_qid bigint;
+    v_partitions integer;
+    v_notify boolean;
+    v_id bigint;
+    v_partition integer;
+    v_now timestamptz;
+    v_may boolean;               -- PUBLIC or the session's role may produce
+BEGIN
+    IF (lease_queue._valid_name(send.queue)
+        AND (send.key IS NULL OR pg_catalog.octet_length(send.key) BETWEEN 1 AND 1024)
+        AND send.payload IS NOT NULL
+        AND EXTRACT(epoch FROM send.delay) <@ '[0,31536000]'::pg_catalog.numrange) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.send',
+            lease_queue._name_violations('queue', send.queue)
+            || lease_queue._text_violations('key', send.key, true, 1024)
+            || CASE WHEN send.payload IS NULL THEN ARRAY['payload must not be NULL'] ELSE '{}' END
+            || lease_queue._interval_violations('delay', send.delay, false));
+    END IF;
+    IF pg_catalog.current_setting('session_replication_role') = 'replica' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = 'lease_queue.send: triggers are disabled (session_replication_role = replica)',
+            HINT    = 'The commit order of messages is recorded by a trigger; send with origin.';
+    END IF;
+
+    -- The queue, and whether PUBLIC or the session's role may produce to it (members and superusers:
+    -- lease_queue._may, only when not).
+    SELECT q.qid, q.partitions, q.notify,
+           EXISTS (SELECT FROM lease_queue.grants AS g
+                    WHERE g.qid = q.qid AND g.privilege = 'produce'
+                      AND (g.grantee = 'public' OR g.grantee = SESSION_USER))
+      INTO v_qid, v_partitions, v_notify, v_may
+      FROM lease_queue.queues AS q
+     WHERE q.name = send.queue
+       FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lease_queue._queue('lease_queue.send', send.queue);
+    END IF;
+    IF NOT v_may THEN
+        IF NOT lease_queue._may(v_qid, 'produce') THEN
+            PERFORM lease_queue._raise_not_granted('lease_queue.send', send.queue, 'produce');
+        END IF;
+    END IF;
+
+    v_id := pg_catalog.nextval('lease_queue.message_ids');
+    v_now := pg_catalog.clock_timestamp();
+    v_partition := COALESCE(lease_queue.partition_of(send.key, v_partitions), (v_id % v_partitions)::integer);
+    -- A keyed message's position is its id, unless its commit finds a later one committed first.
+    INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
+    VALUES (v_id, v_qid, v_partition, send.key, CASE WHEN send.key IS NOT NULL THEN v_id END,
+            send.payload, v_now,
+            v_now + pg_catalog.date_part('epoch', send.delay) * interval '1 second');
+    IF send.key IS NOT NULL THEN
+        INSERT INTO lease_queue.commit_marks AS c (xid, ids)
+        VALUES (pg_catalog.txid_current(),
+                pg_catalog.int8multirange(pg_catalog.int8range(v_id, v_id + 1)))
+        ON CONFLICT ON CONSTRAINT commit_marks_pkey
+        DO UPDATE SET ids = c.ids OPERATOR(pg_catalog.+) EXCLUDED.ids;
+    END IF;
+    IF v_notify THEN
+        PERFORM pg_catalog.pg_notify('lease_queue', send.queue || ':' || v_partition);
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.send_batch(queue, keys, payloads, delay DEFAULT 0) -> SETOF bigint
+--
+-- send for each (keys[i], payloads[i]), in array order, in one statement; returns the ids in that
+-- order. Messages of one key in one batch keep their array order. The arrays must be
+-- one-dimensional and of the same length (at most 100000). Notifies once per partition it sent to
+-- (if the queue notifies). Errors as send.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.send_batch(
+    queue text, keys text[], payloads jsonb[], delay interval DEFAULT interval '0')
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_qid bigint;
+    v_partitions integer;
+    v_notify boolean;
+    v_now timestamptz;
+    v_bad text[];
+    v_ids bigint[];
+    v_keyed pg_catalog.int8multirange;
+    v_parts integer[];
+    v_may boolean;
+BEGIN
+    IF (lease_queue._valid_name(send_batch.queue)
+        AND pg_catalog.array_ndims(send_batch.keys) IS NOT DISTINCT FROM pg_catalog.array_ndims(send_batch.payloads)
+        AND COALESCE(pg_catalog.array_ndims(send_batch.keys), 1) = 1
+        AND pg_catalog.cardinality(send_batch.keys) = pg_catalog.cardinality(send_batch.payloads)
+        AND pg_catalog.cardinality(send_batch.keys) <= 100000
+        AND EXTRACT(epoch FROM send_batch.delay) <@ '[0,31536000]'::pg_catalog.numrange
+        AND NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(send_batch.keys), pg_catalog.unnest(send_batch.payloads)) AS u(k, p)
+                         WHERE u.p IS NULL OR pg_catalog.octet_length(u.k) NOT BETWEEN 1 AND 1024))
+       IS NOT TRUE
+    THEN
+        SELECT pg_catalog.array_agg(v) INTO v_bad
+          FROM (SELECT v FROM ROWS FROM (pg_catalog.unnest(send_batch.keys),
+                                         pg_catalog.unnest(send_batch.payloads))
+                              WITH ORDINALITY AS u(k, p, i),
+                       LATERAL pg_catalog.unnest(
+                           lease_queue._text_violations('keys[' || u.i || ']', u.k, true, 1024)
+                           || CASE WHEN u.p IS NULL AND u.i <= pg_catalog.cardinality(send_batch.payloads)
+                                   THEN ARRAY['payloads[' || u.i || '] must not be NULL']
+                                   ELSE '{}' END) AS v
+                 LIMIT 10) AS f;
+        PERFORM lease_queue._raise_invalid_input('lease_queue.send_batch',
+            lease_queue._name_violations('queue', send_batch.queue)
+            || CASE WHEN send_batch.keys IS NULL THEN ARRAY['keys must not be NULL'] ELSE '{}' END
+            || CASE WHEN send_batch.payloads IS NULL THEN ARRAY['payloads must not be NULL'] ELSE '{}' END
+            || CASE WHEN pg_catalog.array_ndims(send_batch.keys) > 1
+                      OR pg_catalog.array_ndims(send_batch.payloads) > 1
+                    THEN ARRAY['keys and payloads must be one-dimensional'] ELSE '{}' END
+            || CASE WHEN pg_catalog.cardinality(send_batch.keys) <> pg_catalog.cardinality(send_batch.payloads)
+                    THEN ARRAY['keys and payloads must have the same length (got '
+                               || pg_catalog.cardinality(send_batch.keys) || ' and '
+                               || pg_catalog.cardinality(send_batch.payloads) || ')'] ELSE '{}' END
+            || CASE WHEN pg_catalog.cardinality(send_batch.keys) > 100000
+                    THEN ARRAY['at most 100000 messages per call (got '
+                               || pg_catalog.cardinality(send_batch.keys) || ')'] ELSE '{}' END
+            || COALESCE(v_bad, '{}')
+            || lease_queue._interval_violations('delay', send_batch.delay, false));
+    END IF;
+    IF pg_catalog.current_setting('session_replication_role') = 'replica' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = 'lease_queue.send_batch: triggers are disabled (session_replication_role = replica)',
+            HINT    = 'The commit order of messages is recorded by a trigger; send with origin.';
+    END IF;
+
+    SELECT q.qid, q.partitions, q.notify,                   -- as in send
+           EXISTS (SELECT FROM lease_queue.grants AS g
+                    WHERE g.qid = q.qid AND g.privilege = 'produce'
+                      AND (g.grantee = 'public' OR g.grantee = SESSION_USER))
+      INTO v_qid, v_partitions, v_notify, v_may
+      FROM lease_queue.queues AS q
+     WHERE q.name = send_batch.queue
+       FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lease_queue._queue('lease_queue.send_batch', send_batch.queue);
+    END IF;
+    IF NOT v_may THEN
+        IF NOT lease_queue._may(v_qid, 'produce') THEN
+            PERFORM lease_queue._raise_not_granted('lease_queue.send_batch', send_batch.queue, 'produce');
+        END IF;
+    END IF;
+
+    v_now := pg_catalog.clock_timestamp();
+    -- Ids are taken in array order, so ordering by id returns them in that order.
+    WITH input AS MATERIALIZED (
+        SELECT pg_catalog.nextval('lease_queue.message_ids') AS id, u.k, u.p
+          FROM ROWS FROM (pg_catalog.unnest(send_batch.keys), pg_catalog.unnest(send_batch.payloads))
+               WITH ORDINALITY AS u(k, p, i)
+         ORDER BY u.i
+    ), added AS (
+        INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
+        SELECT input.id, v_qid,
+               COALESCE(lease_queue.partition_of(input.k, v_partitions), (input.id % v_partitions)::integer),
+               input.k, CASE WHEN input.k IS NOT NULL THEN input.id END, input.p, v_now,
+               v_now + pg_catalog.date_part('epoch', send_batch.delay) * interval '1 second'
+          FROM input
+        RETURNING lease_queue.messages.id, lease_queue.messages.partition, lease_queue.messages.key
+    )
+    SELECT pg_catalog.array_agg(added.id ORDER BY added.id), pg_catalog.array_agg(DISTINCT added.partition),
+           pg_catalog.range_agg(pg_catalog.int8range(added.id, added.id + 1))
+               FILTER (WHERE added.key IS NOT NULL)
+      INTO v_ids, v_parts, v_keyed
+      FROM added;
+    -- The keyed messages' ids (usually one range) in the transaction's commit mark.
+    IF v_keyed IS NOT NULL THEN
+        INSERT INTO lease_queue.commit_marks AS c (xid, ids) VALUES (pg_catalog.txid_current(), v_keyed)
+        ON CONFLICT ON CONSTRAINT commit_marks_pkey
+        DO UPDATE SET ids = c.ids OPERATOR(pg_catalog.+) EXCLUDED.ids;
+    END IF;
+    IF v_notify AND v_parts IS NOT NULL THEN
+        PERFORM pg_catalog.pg_notify('lease_queue', send_batch.queue || ':' || x)
+           FROM pg_catalog.unnest(v_parts) AS x;
+    END IF;
+    RETURN QUERY SELECT x FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(x, n) ORDER BY u.n;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.drop_queue(queue)
+--
+-- Drops a queue with its messages and dead letters. Waits for the calls in flight on its partitions
+-- and for the transactions that sent to it to end; ends the partitions' leases that are held, whoever
+-- holds them (lease.force_release; their holders' next calls raise LQ001). The leases' rows stay, so a queue created again under the
+-- same name continues above every epoch of the old one. LQ001 if there is no such queue.
+-- The installing role's (grantable).
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.drop_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_qid bigint;
+    r record;
+BEGIN
+    IF lease_queue._valid_name(drop_queue.queue) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.drop_queue',
+            lease_queue._name_violations('queue', drop_queue.queue));
+    END IF;
+    -- FOR UPDATE conflicts with the FOR KEY SHARE lock every send holds until its transaction ends.
+    SELECT q.qid INTO v_qid FROM lease_queue.queues AS q WHERE q.name = drop_queue.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM lease_queue._queue('lease_queue.drop_queue', drop_queue.queue);
+    END IF;
+    PERFORM FROM lease_queue.partitions AS p WHERE p.qid = v_qid ORDER BY p.partition FOR UPDATE;
+
+    FOR r IN
+        SELECT l.key
+          FROM lease.list('lease_queue:' || drop_queue.queue || ':') AS l
+         WHERE l.held
+    LOOP
+        PERFORM lease.force_release(r.key);
+    END LOOP;
+
+    DELETE FROM lease_queue.messages AS m WHERE m.qid = v_qid AND m.key IS NOT NULL;
+    DELETE FROM lease_queue.messages AS m WHERE m.qid = v_qid AND m.key IS NULL;
+    DELETE FROM lease_queue.keys AS k WHERE k.qid = v_qid;
+    DELETE FROM lease_queue.dead_letters AS d WHERE d.qid = v_qid;
+    DELETE FROM lease_queue.partitions AS p WHERE p.qid = v_qid;
+    DELETE FROM lease_queue.queues AS q WHERE q.qid = v_qid;
+END
+$$;
+
+-- Bring the key rows of `keys` (of one partition) up to date with their messages: lock them in key
+-- order first (so that a producer committing a message of one of them has committed, and is seen by
+-- the next statement, or has not started its commit), then set ready_at from each key's head (NULL
+-- if the head is in the open batch, whose ids are `batch`) or delete the row if the key has no
+-- committed message left. The calling transaction's own uncommitted messages (its commit mark) are
+-- not the key's yet: they are left out.
+CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[], batch bigint[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C";
+    v_id bigint;
+    v_deliver_at timestamptz;
+    v_own pg_catalog.int8multirange;
+BEGIN
+    IF keys IS NULL OR pg_catalog.cardinality(keys) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM FROM lease_queue.keys AS k
+      WHERE k.qid = _refresh_keys.qid
+        AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
+      ORDER BY k.key
+        FOR NO KEY UPDATE;
+    SELECT c.ids INTO v_own
+      FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current_if_assigned();
+    -- One key at a time, through the primary key and the key's index: the cost is the number of
+    -- keys, never the size of the tables.
+    FOREACH v_key IN ARRAY keys LOOP
+        SELECT m.id, m.deliver_at INTO v_id, v_deliver_at
+          FROM lease_queue.messages AS m
+         WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
+           AND m.key = v_key
+           AND (v_own IS NULL OR NOT m.id OPERATOR(pg_catalog.<@) v_own)
+         ORDER BY m.seq
+         LIMIT 1;
+        IF NOT FOUND THEN
+            DELETE FROM lease_queue.keys AS k WHERE k.qid = _refresh_keys.qid AND k.key = v_key;
+        ELSE
+            UPDATE lease_queue.keys AS k
+               SET ready_at = CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END
+             WHERE k.qid = _refresh_keys.qid AND k.key = v_key
+               AND k.ready_at IS DISTINCT FROM
+                   CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The fence and heartbeat of receive and ack_and_receive, under the partition's row lock (p): the
+-- epoch must have been claimed through claim/claim_any (LQ004, after pg_lease's own fencing codes
+-- for a caller that does not hold the lease at all), and the lease is renewed with the claim's ttl
+-- (LE001 not the holder, LE002 lapsed, LE003 stale epoch).
+CREATE FUNCTION lease_queue._heartbeat(fn text, p lease_queue.partitions, lease_key text, owner text,
+                                       epoch bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    IF p.claim_epoch IS DISTINCT FROM _heartbeat.epoch THEN
+        PERFORM lease.fence(lease_key, _heartbeat.owner, _heartbeat.epoch);
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ004',
+            MESSAGE = fn || ': epoch ' || _heartbeat.epoch || ' of ' || pg_catalog.quote_literal(lease_key)
+                      || ' was not claimed through lease_queue.claim',
+            HINT    = 'Take partitions with lease_queue.claim or lease_queue.claim_any, not lease.acquire.';
+    END IF;
+    SELECT n.status INTO v_status FROM lease.renew(lease_key, _heartbeat.owner, _heartbeat.epoch, p.ttl) AS n;
+    IF v_status <> 'ok' THEN
+        PERFORM lease_queue._raise_fenced(fn, lease_key, v_status);
+    END IF;
+END
+$$;
+
+-- Close the open batch `batch_id` of partition p (locked, the caller fenced at `epoch`): delete its
+-- messages, count them, record the batch as the last closed, bring its keys up to date. Returns the
+-- partition's row as it now is. A repeated close of the batch this epoch closed last changes nothing.
+-- LQ002 (fn's) if batch_id is not the open batch at this epoch.
+CREATE FUNCTION lease_queue._close_batch(fn text, queue text, p lease_queue.partitions, epoch bigint,
+                                         batch_id bigint)
+RETURNS lease_queue.partitions
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_acked bigint;
+BEGIN
+    IF p.batch_id IS DISTINCT FROM _close_batch.batch_id OR p.batch_epoch IS DISTINCT FROM _close_batch.epoch THEN
+        IF p.last_batch_id = _close_batch.batch_id AND p.last_batch_epoch = _close_batch.epoch THEN
+            RETURN p;
+        END IF;
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ002',
+            MESSAGE = fn || ': batch ' || _close_batch.batch_id || ' is not the open batch of partition '
+                      || p.partition || ' of ' || pg_catalog.quote_literal(queue) || ' at epoch ' || _close_batch.epoch,
+            DETAIL  = CASE WHEN p.batch_id IS NULL THEN 'The partition has no open batch.'
+                           ELSE 'The open batch is ' || p.batch_id || ', issued at epoch ' || p.batch_epoch || '.' END,
+            HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
+    END IF;
+
+    DELETE FROM lease_queue.messages AS b WHERE b.id = ANY (p.batch_ids);
+    GET DIAGNOSTICS v_acked = ROW_COUNT;
+    UPDATE lease_queue.partitions AS t
+       SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+           batch_keys = NULL, batch_ids = NULL, last_batch_id = p.batch_id,
+           last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    -- Every key the batch held, also those its nacks sent back: one pass, in key order.
+    PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+    p.batch_id := NULL;
+    p.batch_epoch := NULL;
+    p.batch_owner := NULL;
+    p.batch_opened_at := NULL;
+    p.batch_keys := NULL;
+    p.batch_ids := NULL;
+    p.last_batch_id := _close_batch.batch_id;
+    p.last_batch_epoch := _close_batch.epoch;
+    p.acked := p.acked + v_acked;
+    RETURN p;
+END
+$$;
+
+-- The batch receive returns, for partition p (locked, the caller fenced and renewed at `epoch`):
+-- the open batch (re-issued to this epoch if it was issued at an earlier one), or a new batch of up
+-- to `max` deliverable messages, or nothing. See lease_queue.receive.
+CREATE FUNCTION lease_queue._open_batch(p lease_queue.partitions, max_attempts integer, owner text,
+                                        epoch bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_batch bigint;
+    v_left integer;
+    v_ids bigint[] := '{}';
+    v_dead bigint[] := '{}';
+    v_keys text[] COLLATE "C" := '{}';       -- the keys visited (locked), to bring up to date
+    v_taken text[] COLLATE "C" := '{}';      -- the keys of the batch's messages
+    v_own pg_catalog.int8multirange;
+    v_took boolean;
+    c record;
+    m record;
+BEGIN
+    -- An open batch: the same messages again.
+    IF p.batch_id IS NOT NULL THEN
+        IF p.batch_epoch <> _open_batch.epoch THEN
+            -- Its delivery to the former holder ends unacked: counted and recorded as their last.
+            -- Those delivered max_attempts times are dead-lettered; the rest are re-issued.
+            UPDATE lease_queue.messages AS b
+               SET attempts = b.attempts + 1, epoch = p.batch_epoch, last_batch_id = p.batch_id
+             WHERE b.id = ANY (p.batch_ids);
+            SELECT pg_catalog.array_agg(b.id), pg_catalog.array_agg(DISTINCT b.key) FILTER (WHERE b.key IS NOT NULL)
+              INTO v_dead, v_keys
+              FROM lease_queue.messages AS b
+             WHERE b.id = ANY (p.batch_ids) AND b.attempts >= _open_batch.max_attempts;
+            IF v_dead IS NOT NULL THEN
+                PERFORM lease_queue._bury(v_dead, NULL);
+                SELECT pg_catalog.array_agg(u.id ORDER BY u.n) INTO v_ids
+                  FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                 WHERE u.id <> ALL (v_dead);
+            ELSE
+                v_ids := p.batch_ids;
+            END IF;
+            IF pg_catalog.cardinality(v_ids) > 0 THEN
+                UPDATE lease_queue.partitions AS t
+                   SET batch_epoch = _open_batch.epoch, batch_owner = _open_batch.owner, batch_ids = v_ids
+                 WHERE t.qid = p.qid AND t.partition = p.partition;
+                p.batch_ids := v_ids;
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys, v_ids);
+            ELSE
+                -- Every message of the batch was dead-lettered (or sent back by nacks): it is over.
+                UPDATE lease_queue.partitions AS t
+                   SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+                       batch_keys = NULL, batch_ids = NULL
+                 WHERE t.qid = p.qid AND t.partition = p.partition;
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+                p.batch_id := NULL;
+            END IF;
+        END IF;
+        IF p.batch_id IS NOT NULL THEN
+            RETURN QUERY
+                SELECT p.batch_id, b.id, b.key::text, b.payload, b.attempts + 1, b.enqueued_at
+                  FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                  JOIN lease_queue.messages AS b ON b.id = u.id
+                 ORDER BY u.n;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- A new batch. The due keys and unkeyed messages, oldest first. A key's row is locked when the
+    -- batch comes to it, before its messages are read; a key whose row a producer holds at this
+    -- moment (committing) is skipped, not waited for: receive never waits for a producer, and
+    -- delivering a key later is always safe. Only the keys visited are locked and brought up to
+    -- date: the cost follows the batch, not the number of due keys. The calling transaction's own
+    -- uncommitted messages are not delivered.
+    v_now := pg_catalog.clock_timestamp();
+    v_left := _open_batch.max;
+    v_ids := '{}';
+    SELECT k.ids INTO v_own
+      FROM lease_queue.commit_marks AS k WHERE k.xid = pg_catalog.txid_current_if_assigned();
+    FOR c IN
+        SELECT u.t, u.key, u.id, u.attempts FROM (
+            (SELECT k.ready_at AS t, k.key, NULL::bigint AS id, NULL::integer AS attempts
+               FROM lease_queue.keys AS k
+              WHERE k.qid = p.qid AND k.partition = p.partition AND k.ready_at <= v_now
+              ORDER BY k.ready_at, k.key
+              LIMIT _open_batch.max)
+            UNION ALL
+            (SELECT x.deliver_at, NULL, x.id, x.attempts
+               FROM lease_queue.messages AS x
+              WHERE x.qid = p.qid AND x.partition = p.partition AND x.key IS NULL
+                AND x.deliver_at <= v_now
+              ORDER BY x.deliver_at, x.id
+              LIMIT _open_batch.max)) AS u
+         ORDER BY u.t, u.key, u.id
+    LOOP
+        EXIT WHEN v_left = 0;
+        IF c.id IS NOT NULL THEN
+            -- An unkeyed message.
+            IF c.attempts >= _open_batch.max_attempts THEN
+                v_dead := v_dead || c.id;
+            ELSE
+                v_ids := v_ids || c.id;
+                v_left := v_left - 1;
+            END IF;
+            CONTINUE;
+        END IF;
+        PERFORM FROM lease_queue.keys AS k
+          WHERE k.qid = p.qid AND k.key = c.key AND k.ready_at <= v_now
+            FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        v_keys := v_keys || c.key;
+        v_took := false;
+        -- The key's messages from the head, while they are due; a retried message ends the key's
+        -- part of the batch; a message delivered max_attempts times is dead-lettered and skipped.
+        FOR m IN
+            SELECT b.id, b.deliver_at, b.attempts, b.retry
+              FROM lease_queue.messages AS b
+             WHERE b.qid = p.qid AND b.partition = p.partition AND b.key = c.key
+               AND (v_own IS NULL OR NOT b.id OPERATOR(pg_catalog.<@) v_own)
+             ORDER BY b.seq
+        LOOP
+            EXIT WHEN v_left = 0;
+            IF m.attempts >= _open_batch.max_attempts THEN
+                v_dead := v_dead || m.id;
+                CONTINUE;
+            END IF;
+            EXIT WHEN m.deliver_at > v_now;
+            v_ids := v_ids || m.id;
+            v_left := v_left - 1;
+            v_took := true;
+            EXIT WHEN m.retry;
+        END LOOP;
+        IF v_took THEN
+            v_taken := v_taken || c.key;
+        END IF;
+    END LOOP;
+
+    IF pg_catalog.cardinality(v_dead) > 0 THEN
+        PERFORM lease_queue._bury(v_dead, NULL);
+    END IF;
+    IF pg_catalog.cardinality(v_ids) > 0 THEN
+        -- The batch is the partition's row: no message row is written.
+        v_batch := pg_catalog.nextval('lease_queue.batch_ids');
+        UPDATE lease_queue.partitions AS t
+           SET batch_id = v_batch, batch_epoch = _open_batch.epoch, batch_owner = _open_batch.owner,
+               batch_opened_at = v_now,
+               batch_keys = CASE WHEN pg_catalog.cardinality(v_taken) > 0
+                                 THEN (SELECT pg_catalog.array_agg(x ORDER BY x)
+                                         FROM pg_catalog.unnest(v_taken) AS x) END,
+               batch_ids = v_ids
+         WHERE t.qid = p.qid AND t.partition = p.partition;
+    END IF;
+    PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys, v_ids);
+
+    IF v_batch IS NOT NULL THEN
+        RETURN QUERY
+            SELECT v_batch, b.id, b.key::text, b.payload, b.attempts + 1, b.enqueued_at
+              FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(id, n)
+              JOIN lease_queue.messages AS b ON b.id = u.id
+             ORDER BY u.n;
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.receive(queue, partition, owner, epoch, max) -> SETOF delivery
+--   delivery = (batch_id, id, key, payload, attempts, enqueued_at)
+--
+-- Fenced and a heartbeat: renews the partition's lease with the claim's ttl (LE001 not the holder,
+-- LE002 lapsed, LE003 stale epoch; LQ004 if this epoch was not claimed through claim/claim_any;
+-- nothing changes on a refusal). Then:
+--   * an open batch issued at this epoch: returns it again (idempotent; safe to retry);
+--   * an open batch issued at an earlier epoch (its holder crashed or was paused): re-issues the same
+--     messages under the same batch_id to this epoch, counting a delivery (attempts + 1), so the
+--     former holder can no longer ack it; messages already delivered max_attempts times are
+--     dead-lettered instead (a batch left empty is closed and a new one opened);
+--   * otherwise opens a batch of up to `max` (1..10000) deliverable messages: for each key that is
+--     due (oldest first), its messages from the head in order while they are due, a retried message
+--     without anything after it; unkeyed messages by due time. Each counts a delivery.
+-- Returns the batch's messages in delivery order (within a key, in the key's order); no rows when
+-- nothing is deliverable (no batch is opened). 22023 on invalid input; LQ001 no such queue.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.receive(queue text, partition integer, owner text, epoch bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    q record;
+BEGIN
+    IF (lease_queue._valid_name(receive.queue)
+        AND receive.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(receive.owner) BETWEEN 1 AND 1024
+        AND receive.epoch IS NOT NULL
+        AND receive.max BETWEEN 1 AND 10000) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.receive', receive.queue, receive.partition,
+            receive.owner, receive.epoch, lease_queue._int_violations('max', receive.max, 1, 10000));
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.receive', receive.queue, receive.partition, 'consume');
+    q := lease_queue._queue('lease_queue.receive', receive.queue);
+    PERFORM lease_queue._heartbeat('lease_queue.receive', p,
+        lease_queue.lease_key(receive.queue, receive.partition), receive.owner, receive.epoch);
+    RETURN QUERY
+        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, receive.owner, receive.epoch, receive.max);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.ack(queue, partition, owner, epoch, batch_id)
+--
+-- Fenced (LE001/LE002/LE003, as lease.fence; the lease row stays locked FOR SHARE until the caller's
+-- transaction ends, so the holder cannot change before it commits): closes the open batch, which
+-- must have been issued to this epoch, deleting its messages, and adds their number to the
+-- partition's acked counter. A repeated ack of the batch this epoch closed last succeeds again and
+-- changes nothing (the counter included). LQ002 if batch_id is not the partition's open batch
+-- at this epoch; LQ001 no such queue; 22023 on invalid input.
+-- Database writes made earlier in the same transaction commit only if the ack does: the way to
+-- apply a message's effects exactly once.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.ack(queue text, partition integer, owner text, epoch bigint, batch_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p lease_queue.partitions;
+BEGIN
+    IF (lease_queue._valid_name(ack.queue)
+        AND ack.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(ack.owner) BETWEEN 1 AND 1024
+        AND ack.epoch IS NOT NULL AND ack.batch_id IS NOT NULL) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.ack', ack.queue, ack.partition,
+            ack.owner, ack.epoch,
+            CASE WHEN ack.batch_id IS NULL THEN ARRAY['batch_id must not be NULL'] ELSE '{}' END);
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.ack', ack.queue, ack.partition, 'consume');
+    PERFORM lease.fence(lease_queue.lease_key(ack.queue, ack.partition), ack.owner, ack.epoch);
+    PERFORM lease_queue._close_batch('lease_queue.ack', ack.queue, p, ack.epoch, ack.batch_id);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.ack_and_receive(queue, partition, owner, epoch, batch_id, max) -> SETOF delivery
+--
+-- ack of batch_id (when not NULL) and then receive of up to `max`, in one statement: a consumer's
+-- loop makes one round trip per batch. Fenced and a heartbeat as receive (LE001/LE002/LE003,
+-- LQ004), checked before anything changes; the ack's LQ002 as ack (batch_id not the open batch at
+-- this epoch, nor the one this epoch closed last). Returns what receive would return right after
+-- the ack: the next batch (or the open one, when the ack was a repeat, so a retry after a lost
+-- answer gets the same batch again), or no rows. Errors change nothing: a failed call neither acks
+-- nor opens. LQ001 no such queue; 22023 on invalid input (as receive; batch_id may be NULL).
+-- Database writes made earlier in the same transaction commit only if the call does.
+-- ---------------------------------------------------------------------------------------------------
+CREATE FUNCTION lease_queue.ack_and_receive(
+    queue text, partition integer, owner text, epoch bigint, batch_id bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    q record;
+BEGIN
+    IF (lease_queue._valid_name(ack_and_receive.queue)
+        AND ack_and_receive.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(ack_and_receive.owner) BETWEEN 1 AND 1024
+        AND ack_and_receive.epoch IS NOT NULL
+        AND ack_and_receive.max BETWEEN 1 AND 10000) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.ack_and_receive', ack_and_receive.queue,
+            ack_and_receive.partition, ack_and_receive.owner, ack_and_receive.epoch,
+            lease_queue._int_violations('max', ack_and_receive.max, 1, 10000));
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.ack_and_receive', ack_and_receive.queue,
+                                     ack_and_receive.partition, 'consume');
+    q := lease_queue._queue('lease_queue.ack_and_receive', ack_and_receive.queue);
+    PERFORM lease_queue._heartbeat('lease_queue.ack_and_receive', p,
+        lease_queue.lease_key(ack_and_receive.queue, ack_and_receive.partition),
+        ack_and_receive.owner, ack_and_receive.epoch);
+    IF ack_and_receive.batch_id IS NOT NULL THEN
+        p := lease_queue._close_batch('lease_queue.ack_and_receive', ack_and_receive.queue, p,
+                                      ack_and_receive.epoch, ack_and_receive.batch_id);
+    END IF;
+    RETURN QUERY
+        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, ack_and_receive.owner,
+                                              ack_and_receive.epoch, ack_and_receive.max);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.nack(queue, partition, owner, epoch, batch_id, id, retry_after DEFAULT 0, reason
+-- DEFAULT NULL) -> text ('retrying' or 'dead_lettered')
+--
+-- Fenced like ack. Marks message `id` of the open batch as failed: it leaves the batch and is
+-- delivered again no earlier than retry_after from now, without any later message of its key in
+-- that batch and before any of them; the later messages of its key in the batch leave it too,
+-- undelivered (their attempt is not counted). If it was delivered max_attempts times it is
+-- dead-lettered instead (with `reason`) and its key continues. The rest of the batch stays open for
+-- the ack. A repeated nack of a message that this batch already sent back (also one of those later
+-- messages) changes nothing and reports the message's state. LQ002 if batch_id is not the open batch
+-- at this epoch; LQ003 if the message is not in it; LQ001 no such queue; 22023 on invalid input
+-- (retry_after in [0, 365 days], reason at most 8192 bytes).
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.nack(
+    queue text, partition integer, owner text, epoch bigint, batch_id bigint, id bigint,
+    retry_after interval DEFAULT interval '0', reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    q record;
+    m lease_queue.messages;
+    v_back bigint[];
+    v_dead boolean;
+BEGIN
+    IF (lease_queue._valid_name(nack.queue)
+        AND nack.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(nack.owner) BETWEEN 1 AND 1024
+        AND nack.epoch IS NOT NULL AND nack.batch_id IS NOT NULL AND nack.id IS NOT NULL
+        AND EXTRACT(epoch FROM nack.retry_after) <@ '[0,31536000]'::pg_catalog.numrange
+        AND (nack.reason IS NULL OR pg_catalog.octet_length(nack.reason) <= 8192)) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.nack', nack.queue, nack.partition,
+            nack.owner, nack.epoch,
+            CASE WHEN nack.batch_id IS NULL THEN ARRAY['batch_id must not be NULL'] ELSE '{}' END
+            || CASE WHEN nack.id IS NULL THEN ARRAY['id must not be NULL'] ELSE '{}' END
+            || lease_queue._interval_violations('retry_after', nack.retry_after, false)
+            || CASE WHEN pg_catalog.octet_length(nack.reason) > 8192
+                    THEN ARRAY['reason must be at most 8192 bytes (got '
+                               || pg_catalog.octet_length(nack.reason) || ')'] ELSE '{}' END);
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.nack', nack.queue, nack.partition, 'consume');
+    q := lease_queue._queue('lease_queue.nack', nack.queue);
+    PERFORM lease.fence(lease_queue.lease_key(nack.queue, nack.partition), nack.owner, nack.epoch);
+
+    IF p.batch_id IS DISTINCT FROM nack.batch_id OR p.batch_epoch IS DISTINCT FROM nack.epoch THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ002',
+            MESSAGE = 'lease_queue.nack: batch ' || nack.batch_id || ' is not the open batch of partition '
+                      || nack.partition || ' of ' || pg_catalog.quote_literal(nack.queue) || ' at epoch ' || nack.epoch,
+            DETAIL  = CASE WHEN p.batch_id IS NULL THEN 'The partition has no open batch.'
+                           ELSE 'The open batch is ' || p.batch_id || ', issued at epoch ' || p.batch_epoch || '.' END,
+            HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
+    END IF;
+
+    SELECT * INTO m FROM lease_queue.messages AS b WHERE b.id = nack.id AND b.qid = p.qid;
+    IF FOUND AND m.id <> ALL (p.batch_ids) AND m.last_batch_id = nack.batch_id AND m.epoch = nack.epoch THEN
+        RETURN 'retrying';                               -- sent back by this batch already
+    ELSIF NOT FOUND AND EXISTS (SELECT FROM lease_queue.dead_letters AS d
+                                 WHERE d.id = nack.id AND d.qid = p.qid AND d.batch_id = nack.batch_id
+                                   AND d.epoch = nack.epoch) THEN
+        RETURN 'dead_lettered';
+    ELSIF NOT FOUND OR m.id <> ALL (p.batch_ids) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ003',
+            MESSAGE = 'lease_queue.nack: message ' || nack.id || ' is not in batch ' || nack.batch_id,
+            HINT    = 'Nack only messages that receive returned in the open batch.';
+    END IF;
+
+    -- No key row is touched here: the batch's keys are brought up to date when it closes (ack) or
+    -- is abandoned, in key order. (Locking the key now would take key rows out of order in a
+    -- transaction that nacks one key and then acks, and deadlock with a committing producer.)
+    IF m.key IS NOT NULL THEN
+        -- The later messages of the key in this batch go back undelivered (their delivery is not
+        -- counted); they record this batch, so that a repeated nack of one of them is recognised.
+        WITH back AS (
+            UPDATE lease_queue.messages AS b
+               SET epoch = nack.epoch, last_batch_id = nack.batch_id
+             WHERE b.id = ANY (p.batch_ids) AND b.key = m.key AND b.seq > m.seq
+            RETURNING b.id
+        )
+        SELECT pg_catalog.array_agg(back.id) INTO v_back FROM back;
+    END IF;
+    -- The message's delivery ends: counted and recorded as its last.
+    v_dead := m.attempts + 1 >= q.max_attempts;
+    IF v_dead THEN
+        UPDATE lease_queue.messages AS b
+           SET attempts = b.attempts + 1, epoch = nack.epoch, last_batch_id = nack.batch_id
+         WHERE b.id = m.id;
+        PERFORM lease_queue._bury(ARRAY[m.id], nack.reason);
+    ELSE
+        UPDATE lease_queue.messages AS b
+           SET attempts = b.attempts + 1, epoch = nack.epoch, last_batch_id = nack.batch_id,
+               retry = true, reason = nack.reason,
+               deliver_at = pg_catalog.clock_timestamp()
+                            + pg_catalog.date_part('epoch', nack.retry_after) * interval '1 second'
+         WHERE b.id = m.id;
+    END IF;
+    -- They leave the batch (its row); the rest stays open for the ack.
+    UPDATE lease_queue.partitions AS t
+       SET batch_ids = COALESCE((SELECT pg_catalog.array_agg(u.id ORDER BY u.n)
+                                   FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                                  WHERE u.id <> m.id AND u.id <> ALL (COALESCE(v_back, '{}'))), '{}')
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    RETURN CASE WHEN v_dead THEN 'dead_lettered' ELSE 'retrying' END;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.release(queue, partition, owner, epoch, force DEFAULT false) -> integer
+--
+-- Fenced like ack. Releases the partition's lease so that another consumer can claim it at once.
+-- With an open batch and force = false: 55006 (object_in_use), and nothing changes (the lease, the
+-- batch, every column). With force = true the open batch is abandoned (its messages are delivered
+-- again to the next holder, counting a delivery) and the lease released, in one statement. Returns
+-- the number of messages abandoned. LQ001 no such queue; 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.release(
+    queue text, partition integer, owner text, epoch bigint, force boolean DEFAULT false)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    v_key text;
+    v_status text;
+    v_abandoned integer := 0;
+BEGIN
+    IF (lease_queue._valid_name(release.queue)
+        AND release.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(release.owner) BETWEEN 1 AND 1024
+        AND release.epoch IS NOT NULL AND release.force IS NOT NULL) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.release', release.queue, release.partition,
+            release.owner, release.epoch,
+            CASE WHEN release.force IS NULL THEN ARRAY['force must not be NULL'] ELSE '{}' END);
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.release', release.queue, release.partition, 'consume');
+    v_key := lease_queue.lease_key(release.queue, release.partition);
+    PERFORM lease.fence(v_key, release.owner, release.epoch);
+
+    IF p.batch_id IS NOT NULL THEN
+        IF NOT release.force THEN
+            RAISE EXCEPTION USING
+                ERRCODE = '55006',
+                MESSAGE = 'lease_queue.release: partition ' || release.partition || ' of '
+                          || pg_catalog.quote_literal(release.queue) || ' has an open batch',
+                DETAIL  = 'Batch ' || p.batch_id || ' was issued at epoch ' || p.batch_epoch || '.',
+                HINT    = 'Ack the batch first, or release with force => true to abandon it.';
+        END IF;
+        -- Their delivery ends unacked: counted and recorded as their last.
+        UPDATE lease_queue.messages AS b
+           SET attempts = b.attempts + 1, epoch = p.batch_epoch, last_batch_id = p.batch_id
+         WHERE b.id = ANY (p.batch_ids);
+        GET DIAGNOSTICS v_abandoned = ROW_COUNT;
+        PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+    END IF;
+
+    SELECT lease.release(v_key, release.owner, release.epoch) INTO v_status;
+    IF v_status <> 'ok' THEN
+        PERFORM lease_queue._raise_fenced('lease_queue.release', v_key, v_status);
+    END IF;
+    UPDATE lease_queue.partitions AS t
+       SET claim_epoch = NULL, ttl = NULL,
+           batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+           batch_keys = NULL, batch_ids = NULL
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    RETURN v_abandoned;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.redrive(queue, key) -> bigint
+--
+-- Puts the dead letters of `key` (NULL: the queue's unkeyed dead letters) back into the queue, at
+-- the head of their key, in their original order, ahead of what is pending for the key, with
+-- attempts reset to 0 and due at once. Returns how many. 55006 while the key is part of its
+-- partition's open batch (a message of it was delivered in the batch; redrive after the ack); LQ001 no such queue; 22023 on invalid input.
+-- The installing role's (grantable).
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.redrive(queue text, key text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+    v_partition integer;
+    v_head bigint;
+    v_ready timestamptz;
+    v_now timestamptz;
+    v_count bigint;
+    v_key text COLLATE "C" := redrive.key;
+BEGIN
+    IF (lease_queue._valid_name(redrive.queue)
+        AND (redrive.key IS NULL OR pg_catalog.octet_length(redrive.key) BETWEEN 1 AND 1024)) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.redrive',
+            lease_queue._name_violations('queue', redrive.queue)
+            || lease_queue._text_violations('key', redrive.key, true, 1024));
+    END IF;
+    q := lease_queue._queue('lease_queue.redrive', redrive.queue);
+    v_now := pg_catalog.clock_timestamp();
+
+    IF redrive.key IS NULL THEN
+        WITH back AS (
+            DELETE FROM lease_queue.dead_letters AS d
+             WHERE d.qid = q.qid AND d.key IS NULL
+            RETURNING d.*
+        )
+        INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
+        SELECT back.id, back.qid, back.partition, NULL, NULL, back.payload, back.enqueued_at, v_now
+          FROM back;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF q.notify THEN
+            PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || p)
+               FROM pg_catalog.generate_series(0, q.partitions - 1) AS p;
+        END IF;
+        RETURN v_count;
+    END IF;
+
+    v_partition := lease_queue.partition_of(redrive.key, q.partitions);
+    PERFORM lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition, NULL);
+    INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
+    VALUES (q.qid, v_key, v_partition, v_now)
+    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+    SELECT k.ready_at INTO v_ready
+      FROM lease_queue.keys AS k WHERE k.qid = q.qid AND k.key = v_key FOR NO KEY UPDATE;
+    IF v_ready IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55006',
+            MESSAGE = 'lease_queue.redrive: key ' || pg_catalog.quote_literal(redrive.key)
+                      || ' has messages in an open batch',
+            HINT    = 'Redrive after the batch is acked.';
+    END IF;
+    SELECT pg_catalog.min(m.seq) INTO v_head
+      FROM lease_queue.messages AS m
+     WHERE m.qid = q.qid AND m.partition = v_partition AND m.key = v_key;
+    v_head := COALESCE(v_head, pg_catalog.nextval('lease_queue.message_ids'));
+
+    WITH back AS (
+        DELETE FROM lease_queue.dead_letters AS d
+         WHERE d.qid = q.qid AND d.key = v_key
+        RETURNING d.*
+    ), ordered AS (
+        SELECT back.*, pg_catalog.row_number() OVER (ORDER BY back.seq DESC) AS n FROM back
+    )
+    INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
+    SELECT o.id, o.qid, v_partition, o.key, v_head - o.n, o.payload, o.enqueued_at, v_now
+      FROM ordered AS o;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    -- Its positions lie below the key's head (or below every position yet to be taken): last_seq
+    -- still bounds the key's positions from above.
+    UPDATE lease_queue.keys AS k SET last_seq = GREATEST(k.last_seq, v_head - 1)
+     WHERE k.qid = q.qid AND k.key = v_key AND k.last_seq < v_head - 1;
+    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[v_key],
+        (SELECT t.batch_ids FROM lease_queue.partitions AS t
+          WHERE t.qid = q.qid AND t.partition = v_partition));
+    IF q.notify AND v_count > 0 THEN
+        PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || v_partition);
+    END IF;
+    RETURN v_count;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.next_due(queue, partition) -> timestamptz
+--
+-- When the partition's next message outside the open batch becomes deliverable (in the past if one
+-- is due now; a nacked message's retry time; a delayed message's due time), or NULL if none is
+-- pending. The keys of the open batch (also those its nacks sent back) count again once it is acked
+-- or abandoned. For a consumer that found nothing to receive: sleep until then or until a notification.
+-- Advisory (no locks, not fenced), through the indexes of receive. LQ001 no such queue; 22023.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.next_due(queue text, partition integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+BEGIN
+    IF (lease_queue._valid_name(next_due.queue) AND next_due.partition BETWEEN 0 AND 1023) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.next_due',
+            lease_queue._name_violations('queue', next_due.queue)
+            || lease_queue._int_violations('partition', next_due.partition, 0, 1023));
+    END IF;
+    q := lease_queue._queue_for('lease_queue.next_due', next_due.queue, 'consume');
+    IF next_due.partition >= q.partitions THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.next_due', ARRAY['partition must be in [0, '
+            || q.partitions || ') for queue ' || pg_catalog.quote_literal(next_due.queue)
+            || ' (got ' || next_due.partition || ')']);
+    END IF;
+    RETURN LEAST(
+        (SELECT k.ready_at FROM lease_queue.keys AS k
+          WHERE k.qid = q.qid AND k.partition = next_due.partition AND k.ready_at IS NOT NULL
+          ORDER BY k.ready_at LIMIT 1),
+        (SELECT m.deliver_at FROM lease_queue.messages AS m
+          WHERE m.qid = q.qid AND m.partition = next_due.partition AND m.key IS NULL
+            AND m.id <> ALL (COALESCE((SELECT t.batch_ids FROM lease_queue.partitions AS t
+                                        WHERE t.qid = q.qid AND t.partition = next_due.partition), '{}'))
+          ORDER BY m.deliver_at, m.id LIMIT 1));
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.status(queue DEFAULT NULL) -> SETOF (...)
+--
+-- Per partition of the queue (of every queue if NULL), as of now by the server clock; advisory (no
+-- locks):
+--   owner, epoch, expires_at  the holder (NULL unless the lease is held), the lease's epoch (the
+--                             current grant's, or the key's fencing counter when not held; NULL if
+--                             never claimed) and its expiry
+--   batch_id, batch_epoch, batch_size, batch_opened_at   the open batch: its id, the epoch it was
+--                             issued at, its messages, when it was opened
+--   backlog                   the pending messages not in the open batch
+--   oldest_enqueued_at        when the partition's first pending message was enqueued, first in the
+--                             queue's order: of its keyed messages the one first in commit order
+--                             (the lowest position), of its unkeyed ones the one sent first (the
+--                             lowest id); the earlier of the two. The open batch's messages count;
+--                             NULL if nothing is pending. (Since 0.2.0; the earliest enqueued_at of
+--                             all would take a read of every message row: docs/QUEUE.md §2.)
+--   held_back_keys            the keys held back by a failed message awaiting its retry
+--   dead_letters              the partition's dead letters
+--   acked                     the messages acked in the partition (lease_queue.partitions.acked)
+-- The holder, epoch, expiry and the batch's id and epoch only for a role that may consume the queue
+-- (NULL for others); the counts, times and sizes for every role that may call it.
+-- Cost: one index-only pass over the selected queues' entries in messages_by_key (keyed messages)
+-- and messages_unkeyed_due (unkeyed ones outside open batches); per partition an index-only search
+-- of messages_by_key for the key of the first keyed message, in key order, which stops at the
+-- first match (at most one more pass over the partition's entries); index probes for the rest (the
+-- open batch, the first messages' rows, the held-back keys); one pass over the queues' dead letters.
+-- Never a read of every message row: its statements are planned without sequential or bitmap heap
+-- scans. (Entries on pages that vacuum has not yet marked all-visible are checked in the heap, as in
+-- any index-only scan.) Of equal lowest positions (possible after a redrive) the first key counts.
+-- Without JIT compilation: at a million messages the plan's cost crosses jit_above_cost, and
+-- compiling it took longer (~35 ms) than it saved.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.status(queue text DEFAULT NULL)
+RETURNS TABLE (queue_name text, partition integer, owner text, epoch bigint, expires_at timestamptz,
+               batch_id bigint, batch_epoch bigint, batch_size bigint, batch_opened_at timestamptz,
+               backlog bigint, oldest_enqueued_at timestamptz, held_back_keys bigint,
+               dead_letters bigint, acked bigint)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_qids bigint[];
+BEGIN
+    IF status.queue IS NOT NULL AND lease_queue._valid_name(status.queue) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.status',
+            lease_queue._name_violations('queue', status.queue));
+    END IF;
+    IF status.queue IS NOT NULL THEN
+        PERFORM lease_queue._queue('lease_queue.status', status.queue);
+    END IF;
+    SELECT pg_catalog.array_agg(q.qid) INTO v_qids
+      FROM lease_queue.queues AS q
+     WHERE status.queue IS NULL OR q.name = status.queue;
+    RETURN QUERY
+        WITH sel AS MATERIALIZED (
+            -- The queues, and whether the session may see their holders and batches.
+            SELECT q.qid, q.name, lease_queue._may(q.qid, 'consume') AS may
+              FROM lease_queue.queues AS q
+             WHERE q.qid = ANY (v_qids)
+        ), keyed AS MATERIALIZED (
+            -- Per partition: its committed keyed messages, and the lowest position among them.
+            SELECT m.qid, m.partition, pg_catalog.count(*) AS n, pg_catalog.min(m.seq) AS first_seq
+              FROM lease_queue.messages AS m
+             WHERE m.qid = ANY (v_qids) AND m.key IS NOT NULL AND m.seq IS NOT NULL
+             GROUP BY m.qid, m.partition
+        ), unkeyed AS MATERIALIZED (
+            -- Per partition: its unkeyed messages (the open batch's among them), and the first sent.
+            SELECT m.qid, m.partition, pg_catalog.count(*) AS n, pg_catalog.min(m.id) AS first_id
+              FROM lease_queue.messages AS m
+             WHERE m.qid = ANY (v_qids) AND m.key IS NULL
+             GROUP BY m.qid, m.partition
+        ), held AS MATERIALIZED (
+            -- Keys with a nacked message awaiting its retry (not redelivered in the open batch).
+            SELECT m.qid, m.partition, pg_catalog.count(DISTINCT m.key) AS n
+              FROM lease_queue.messages AS m
+             WHERE m.qid = ANY (v_qids) AND m.retry AND m.key IS NOT NULL
+               AND NOT EXISTS (SELECT FROM lease_queue.partitions AS t
+                                WHERE t.qid = m.qid AND t.partition = m.partition
+                                  AND m.id = ANY (t.batch_ids))
+             GROUP BY m.qid, m.partition
+        ), dead AS MATERIALIZED (
+            SELECT d.qid, d.partition, pg_catalog.count(*) AS n
+              FROM lease_queue.dead_letters AS d
+             WHERE d.qid = ANY (v_qids)
+             GROUP BY d.qid, d.partition
+        )
+        SELECT s.name::text, p.partition,
+               -- Who holds the partition and its open batch: for roles that may consume the queue.
+               CASE WHEN s.may THEN l.owner END, CASE WHEN s.may THEN l.epoch END,
+               CASE WHEN s.may THEN l.expires_at END,
+               CASE WHEN s.may THEN p.batch_id END, CASE WHEN s.may THEN p.batch_epoch END,
+               b.size, p.batch_opened_at,
+               -- Pending: the committed keyed messages and the unkeyed ones, less the open batch's.
+               COALESCE(k.n, 0) + COALESCE(u.n, 0) - b.size,
+               -- The first keyed message: its key is found in the index, in key order, stopping
+               -- at the first entry at the lowest position; then its row.
+               LEAST((SELECT pg_catalog.min(x.enqueued_at) FROM lease_queue.messages AS x
+                       WHERE x.qid = p.qid AND x.partition = p.partition AND x.seq = k.first_seq
+                         AND x.key = (SELECT y.key FROM lease_queue.messages AS y
+                                       WHERE y.qid = p.qid AND y.partition = p.partition
+                                         AND y.key IS NOT NULL AND y.seq = k.first_seq
+                                       ORDER BY y.key
+                                       LIMIT 1)),
+                     (SELECT x.enqueued_at FROM lease_queue.messages AS x
+                       WHERE x.id = u.first_id)),
+               COALESCE(h.n, 0), COALESCE(d.n, 0), p.acked
+          FROM sel AS s
+          JOIN lease_queue.partitions AS p ON p.qid = s.qid
+          LEFT JOIN LATERAL lease.inspect(lease_queue.lease_key(s.name, p.partition)) AS l ON true
+          CROSS JOIN LATERAL (
+                SELECT COALESCE(pg_catalog.cardinality(p.batch_ids), 0)::bigint AS size) AS b
+          LEFT JOIN keyed AS k ON k.qid = p.qid AND k.partition = p.partition
+          LEFT JOIN unkeyed AS u ON u.qid = p.qid AND u.partition = p.partition
+          LEFT JOIN held AS h ON h.qid = p.qid AND h.partition = p.partition
+          LEFT JOIN dead AS d ON d.qid = p.qid AND d.partition = p.partition
+         ORDER BY s.name, p.partition;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.version() -> text: the version of the pg_lease_queue SQL API installed here.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.version()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT '0.3.0'::text $$;
+
+REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._heartbeat(text, lease_queue.partitions, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._close_batch(text, text, lease_queue.partitions, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._open_batch(lease_queue.partitions, integer, text, bigint, integer) FROM PUBLIC;
