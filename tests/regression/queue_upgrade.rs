@@ -232,7 +232,11 @@ async fn updating_the_queue_from_every_older_version_keeps_messages_in_flight_an
             .batch_execute("ALTER EXTENSION pg_lease_queue UPDATE")
             .await
             .unwrap();
-        assert_same_api(&queue_api(&db).await, &expected, &format!("after updating from {old}"));
+        assert_same_api(
+            &queue_api(&db).await,
+            &expected,
+            &format!("after updating from {old}"),
+        );
         finish_in_flight(&admin, in_flight, &format!("updated from {old}")).await;
     }
 }

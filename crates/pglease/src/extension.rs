@@ -567,7 +567,10 @@ mod tests {
             files(Some("0.2.0")).unwrap(),
             ["pg_lease_queue--0.2.0--0.3.0.sql"]
         );
-        assert_eq!(PG_LEASE_QUEUE.versions(), ["0.1.0", "0.1.1", "0.2.0", "0.3.0"]);
+        assert_eq!(
+            PG_LEASE_QUEUE.versions(),
+            ["0.1.0", "0.1.1", "0.2.0", "0.3.0"]
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod ack;
 mod claim;
 mod dead_letters;
 mod fencing;
+mod hot_path;
 mod indexes;
 mod invalid_input;
 mod lifecycle;
@@ -279,7 +280,7 @@ pub struct Delivery {
     pub enqueued_at: SystemTime,
 }
 
-fn delivery(r: &Row) -> Delivery {
+pub fn delivery_of(r: &Row) -> Delivery {
     Delivery {
         batch_id: r.get(0),
         id: r.get(1),
@@ -305,7 +306,7 @@ pub async fn try_receive(
         &[&q, &p, &owner, &epoch, &max],
     )
     .await
-    .map(|rows| rows.iter().map(delivery).collect())
+    .map(|rows| rows.iter().map(delivery_of).collect())
     .map_err(server_error)
 }
 
