@@ -86,6 +86,7 @@ spec_tests!(
     transfer_vs_renew_release,
     transfer_vs_transfer,
     history_lapse_at_next_grant,
+    ack_and_receive_vs_producer,
 );
 
 /// Every file in `specs/` has a test and an expected output, and parses; every expected output
