@@ -3,9 +3,11 @@
 # counts"), with the current pg_lease: a send, a cycle of send + claim (the holder's repeated
 # claim) + receive + ack, and a cycle that nacks the batch's first message before the ack (its keys
 # drawn by pgbench from a fixed seed, so that every release runs the same calls). Run as root on a
-# machine with Debian's PostgreSQL and valgrind:
+# machine with Debian's PostgreSQL and valgrind. Also `batch` (a send_batch of 100 over 64 keys)
+# and `batchcycle` (that batch, then a receive of 100 and its ack), per transaction; divide by 100
+# for a message:
 #
-#   bench/cachegrind/queue.sh [VERSION...]        # default: 0.1.0 0.1.1 0.2.0
+#   bench/cachegrind/queue.sh [VERSION...]        # default: 0.1.0 0.1.1 0.2.0 0.3.0
 #   SCRIPTS="cycle nack" bench/cachegrind/queue.sh 0.1.1 0.2.0
 #
 # As run.sh: a private mirror of the installation with this tree's extension files, the postmaster
@@ -18,7 +20,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 WORK=${WORK:-/tmp/pglease-cg-queue}
 ROUNDS=${ROUNDS:-2}
-VERSIONS=${*:-0.1.0 0.1.1 0.2.0}
+VERSIONS=${*:-0.1.0 0.1.1 0.2.0 0.3.0}
 SCRIPTS=${SCRIPTS:-send cycle nack}
 
 . "$HERE/server.sh"
@@ -42,6 +44,23 @@ SELECT batch_id, id FROM lease_queue.receive('q', 0, 'c', :epoch, 10) LIMIT 1 \g
 SELECT lease_queue.nack('q', 0, 'c', :epoch, :batch_id, :id);
 SELECT lease_queue.ack('q', 0, 'c', :epoch, :batch_id);
 END;
+SQL
+# send_batch of 100 messages over 64 keys, the keys of each batch drawn from the seed.
+cat > "$WORK/batch.sql" <<'SQL'
+\set k random(0, 63)
+SELECT count(*) FROM lease_queue.send_batch('q',
+    ARRAY(SELECT 'k' || ((:k + g * 37) % 64) FROM generate_series(1, 100) AS g),
+    ARRAY(SELECT '"payload"'::jsonb FROM generate_series(1, 100) AS g));
+SQL
+# The batch end to end: that send_batch committed, then one consumer's receive of 100 and its ack.
+cat > "$WORK/batchcycle.sql" <<'SQL'
+\set k random(0, 63)
+SELECT count(*) FROM lease_queue.send_batch('q',
+    ARRAY(SELECT 'k' || ((:k + g * 37) % 64) FROM generate_series(1, 100) AS g),
+    ARRAY(SELECT '"payload"'::jsonb FROM generate_series(1, 100) AS g));
+SELECT epoch FROM lease_queue.claim('q', 0, 'c', '1 hour') \gset
+SELECT batch_id FROM lease_queue.receive('q', 0, 'c', :epoch, 100) LIMIT 1 \gset
+SELECT lease_queue.ack('q', 0, 'c', :epoch, :batch_id);
 SQL
 chmod a+r "$WORK"/*.sql
 $P -d postgres -c "CREATE ROLE bench LOGIN"
