@@ -266,3 +266,58 @@ async fn a_second_consumer_gets_its_share_without_the_first_crashing() {
     run_a.await.unwrap().unwrap();
     run_b.await.unwrap().unwrap();
 }
+
+/// A worker that goes on settles each batch with `lease_queue.ack_and_receive` (pg_lease_queue
+/// 0.3.0): the ack and the next batch in one statement. Counted by the server
+/// (`track_functions = pl` on the consumer's connections only), once its statistics are reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_worker_acks_and_receives_the_next_batch_in_one_call() {
+    let q = unique("cons-ack-and-receive");
+    let su = superuser().await;
+    create_queue(&su, &q, 1, 5).await;
+    let producer = Producer::new(q.as_str()).unwrap();
+    let batch: Vec<Message> = (0..5)
+        .map(|i| Message::json(serde_json::json!({"seq": i})).with_key("k"))
+        .collect();
+    producer.send_batch(&su, &batch).await.unwrap();
+
+    let owner = unique("cons-ack-and-receive-a");
+    let counted = pglease::Client::builder()
+        .owner(owner.as_str())
+        .connect(&format!(
+            "{} options='-c track_functions=pl'",
+            conninfo(&owner)
+        ))
+        .await
+        .unwrap();
+    let consumer = Consumer::builder(counted, q.as_str())
+        .batch_size(1)
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    let run = seen.run(&consumer, &owner);
+    let all = seen.wait_for(5, LIMIT).await;
+    let seqs: Vec<i64> = all
+        .iter()
+        .map(|h| h.payload["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, [0, 1, 2, 3, 4], "one batch each, in order");
+    // Five batches of one: the first received, each later one opened by the previous one's settling
+    // call (and the fifth's settling call opens none).
+    let calls = eventually("ack_and_receive calls reported", LIMIT, || async {
+        let n: i64 = su
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions
+                  WHERE schemaname = 'lease_queue' AND funcname = 'ack_and_receive'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (n >= 5).then_some(n)
+    })
+    .await;
+    assert!(calls >= 5, "{calls}");
+    consumer.stop();
+    run.await.unwrap().unwrap();
+}
