@@ -652,16 +652,14 @@ $$;
 -- the next statement, or has not started its commit), then set ready_at from each key's head (NULL
 -- if the head is in the open batch, whose ids are `batch`) or delete the row if the key has no
 -- committed message left. The calling transaction's own uncommitted messages (its commit mark) are
--- not the key's yet: they are left out.
+-- not the key's yet: they are left out. One statement for all the keys: per key a search of
+-- messages_by_key for its head and a probe of keys_pkey, never a read of a whole table.
 CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[], batch bigint[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_key text COLLATE "C";
-    v_id bigint;
-    v_deliver_at timestamptz;
     v_own pg_catalog.int8multirange;
 BEGIN
     IF keys IS NULL OR pg_catalog.cardinality(keys) = 0 THEN
@@ -674,26 +672,30 @@ BEGIN
         FOR NO KEY UPDATE;
     SELECT c.ids INTO v_own
       FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current_if_assigned();
-    -- One key at a time, through the primary key and the key's index: the cost is the number of
-    -- keys, never the size of the tables.
-    FOREACH v_key IN ARRAY keys LOOP
-        SELECT m.id, m.deliver_at INTO v_id, v_deliver_at
-          FROM lease_queue.messages AS m
-         WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
-           AND m.key = v_key
-           AND (v_own IS NULL OR NOT m.id OPERATOR(pg_catalog.<@) v_own)
-         ORDER BY m.seq
-         LIMIT 1;
-        IF NOT FOUND THEN
-            DELETE FROM lease_queue.keys AS k WHERE k.qid = _refresh_keys.qid AND k.key = v_key;
-        ELSE
-            UPDATE lease_queue.keys AS k
-               SET ready_at = CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END
-             WHERE k.qid = _refresh_keys.qid AND k.key = v_key
-               AND k.ready_at IS DISTINCT FROM
-                   CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END;
-        END IF;
-    END LOOP;
+    WITH heads AS MATERIALIZED (
+        SELECT x.key, h.id,
+               CASE WHEN h.id = ANY (_refresh_keys.batch) THEN NULL ELSE h.deliver_at END AS ready_at
+          FROM pg_catalog.unnest(_refresh_keys.keys::text[] COLLATE "C") AS x(key)
+          LEFT JOIN LATERAL (
+                SELECT m.id, m.deliver_at
+                  FROM lease_queue.messages AS m
+                 WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
+                   AND m.key = x.key
+                   AND (v_own IS NULL OR NOT m.id OPERATOR(pg_catalog.<@) v_own)
+                 ORDER BY m.seq
+                 LIMIT 1) AS h ON true
+    ), gone AS (
+        DELETE FROM lease_queue.keys AS k
+         USING heads
+         WHERE k.qid = _refresh_keys.qid AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
+           AND k.key = heads.key AND heads.id IS NULL
+    )
+    UPDATE lease_queue.keys AS k
+       SET ready_at = heads.ready_at
+      FROM heads
+     WHERE k.qid = _refresh_keys.qid AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
+       AND k.key = heads.key AND heads.id IS NOT NULL
+       AND k.ready_at IS DISTINCT FROM heads.ready_at;
 END
 $$;
 
@@ -1116,6 +1118,8 @@ DECLARE
     v_bad text[];
     v_ids bigint[];
     v_keyed pg_catalog.int8multirange;
+    v_any_keyed boolean;
+    v_wrap bigint;
     v_parts integer[];
     v_may boolean;
 BEGIN
@@ -1181,33 +1185,38 @@ BEGIN
     END IF;
 
     v_now := pg_catalog.clock_timestamp();
-    -- Ids are taken in array order, so ordering by id returns them in that order.
+    -- The ids, in array order (taken in one statement: usually one range of the sequence). A key's
+    -- partition is lease_queue.partition_of's, computed inline (a call per message cost more than
+    -- the rest of the insert) and in bigint: the digest's first 8 bytes read as unsigned (h, or
+    -- h + 2^64 when negative) modulo the partitions; the keys were checked above.
+    v_ids := ARRAY(SELECT pg_catalog.nextval('lease_queue.message_ids')
+                     FROM pg_catalog.generate_series(1, pg_catalog.cardinality(send_batch.keys)));
+    v_wrap := ((9223372036854775807 % v_partitions + 1) % v_partitions) * 2 % v_partitions;
     WITH input AS MATERIALIZED (
-        SELECT pg_catalog.nextval('lease_queue.message_ids') AS id, u.k, u.p
-          FROM ROWS FROM (pg_catalog.unnest(send_batch.keys), pg_catalog.unnest(send_batch.payloads))
-               WITH ORDINALITY AS u(k, p, i)
-         ORDER BY u.i
+        SELECT u.id, u.k, u.p,
+               (CASE WHEN u.k IS NULL THEN u.id % v_partitions
+                     WHEN d.h >= 0 THEN d.h % v_partitions
+                     ELSE ((d.h % v_partitions + v_wrap) % v_partitions + v_partitions) % v_partitions
+                END)::integer AS part
+          FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(send_batch.keys),
+                          pg_catalog.unnest(send_batch.payloads)) AS u(id, k, p)
+         CROSS JOIN LATERAL (SELECT ('x' || pg_catalog.substr(pg_catalog.md5(u.k), 1, 16))::bit(64)::bigint AS h) AS d
     ), added AS (
-        -- The partition: lease_queue.partition_of's expression, inline (a call per message cost
-        -- more than the rest of the insert); the keys were checked above.
         INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
-        SELECT input.id, v_qid,
-               CASE WHEN input.k IS NULL THEN (input.id % v_partitions)::integer
-                    ELSE ((CASE WHEN d.h < 0 THEN d.h::numeric + 18446744073709551616 ELSE d.h::numeric END)
-                          % v_partitions)::integer END,
-               input.k, CASE WHEN input.k IS NOT NULL THEN input.id END, input.p, v_now,
-               v_now + pg_catalog.date_part('epoch', send_batch.delay) * interval '1 second'
+        SELECT input.id, v_qid, input.part, input.k, CASE WHEN input.k IS NOT NULL THEN input.id END,
+               input.p, v_now, v_now + pg_catalog.date_part('epoch', send_batch.delay) * interval '1 second'
           FROM input
-         CROSS JOIN LATERAL (SELECT ('x' || pg_catalog.substr(pg_catalog.md5(input.k), 1, 16))::bit(64)::bigint AS h) AS d
-        RETURNING lease_queue.messages.id, lease_queue.messages.partition, lease_queue.messages.key
     )
-    SELECT pg_catalog.array_agg(added.id ORDER BY added.id), pg_catalog.array_agg(DISTINCT added.partition),
-           pg_catalog.range_agg(pg_catalog.int8range(added.id, added.id + 1))
-               FILTER (WHERE added.key IS NOT NULL)
-      INTO v_ids, v_parts, v_keyed
-      FROM added;
-    -- The keyed messages' ids (usually one range) in the transaction's commit mark.
-    IF v_keyed IS NOT NULL THEN
+    SELECT pg_catalog.array_agg(DISTINCT input.part), pg_catalog.bool_or(input.k IS NOT NULL)
+      INTO v_parts, v_any_keyed
+      FROM input;
+    -- The ids (as ranges) in the transaction's commit mark, if a message has a key (the commit
+    -- trigger reads only the keyed ones).
+    IF v_any_keyed THEN
+        v_keyed := CASE WHEN v_ids[pg_catalog.cardinality(v_ids)] - v_ids[1] = pg_catalog.cardinality(v_ids) - 1
+                        THEN pg_catalog.int8multirange(pg_catalog.int8range(v_ids[1], v_ids[pg_catalog.cardinality(v_ids)] + 1))
+                        ELSE (SELECT pg_catalog.range_agg(pg_catalog.int8range(x, x + 1))
+                                FROM pg_catalog.unnest(v_ids) AS x) END;
         INSERT INTO lease_queue.commit_marks AS c (xid, ids) VALUES (pg_catalog.txid_current(), v_keyed)
         ON CONFLICT ON CONSTRAINT commit_marks_pkey
         DO UPDATE SET ids = c.ids OPERATOR(pg_catalog.+) EXCLUDED.ids;
@@ -1216,7 +1225,7 @@ BEGIN
         PERFORM pg_catalog.pg_notify('lease_queue', send_batch.queue || ':' || x)
            FROM pg_catalog.unnest(v_parts) AS x;
     END IF;
-    RETURN QUERY SELECT x FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(x, n) ORDER BY u.n;
+    RETURN QUERY SELECT x FROM pg_catalog.unnest(v_ids) AS x;
 END
 $$;
 
