@@ -434,14 +434,16 @@ $$;
 -- the next statement, or has not started its commit), then set ready_at from each key's head (NULL
 -- if the head is in the open batch, whose ids are `batch`) or delete the row if the key has no
 -- committed message left. The calling transaction's own uncommitted messages (its commit mark) are
--- not the key's yet: they are left out. One statement for all the keys: per key a search of
--- messages_by_key for its head and a probe of keys_pkey, never a read of a whole table.
+-- not the key's yet: they are left out.
 CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[], batch bigint[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_key text COLLATE "C";
+    v_id bigint;
+    v_deliver_at timestamptz;
     v_own pg_catalog.int8multirange;
 BEGIN
     IF keys IS NULL OR pg_catalog.cardinality(keys) = 0 THEN
@@ -454,30 +456,26 @@ BEGIN
         FOR NO KEY UPDATE;
     SELECT c.ids INTO v_own
       FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current_if_assigned();
-    WITH heads AS MATERIALIZED (
-        SELECT x.key, h.id,
-               CASE WHEN h.id = ANY (_refresh_keys.batch) THEN NULL ELSE h.deliver_at END AS ready_at
-          FROM pg_catalog.unnest(_refresh_keys.keys::text[] COLLATE "C") AS x(key)
-          LEFT JOIN LATERAL (
-                SELECT m.id, m.deliver_at
-                  FROM lease_queue.messages AS m
-                 WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
-                   AND m.key = x.key
-                   AND (v_own IS NULL OR NOT m.id OPERATOR(pg_catalog.<@) v_own)
-                 ORDER BY m.seq
-                 LIMIT 1) AS h ON true
-    ), gone AS (
-        DELETE FROM lease_queue.keys AS k
-         USING heads
-         WHERE k.qid = _refresh_keys.qid AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
-           AND k.key = heads.key AND heads.id IS NULL
-    )
-    UPDATE lease_queue.keys AS k
-       SET ready_at = heads.ready_at
-      FROM heads
-     WHERE k.qid = _refresh_keys.qid AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
-       AND k.key = heads.key AND heads.id IS NOT NULL
-       AND k.ready_at IS DISTINCT FROM heads.ready_at;
+    -- One key at a time, through the primary key and the key's index: the cost is the number of
+    -- keys, never the size of the tables.
+    FOREACH v_key IN ARRAY keys LOOP
+        SELECT m.id, m.deliver_at INTO v_id, v_deliver_at
+          FROM lease_queue.messages AS m
+         WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
+           AND m.key = v_key
+           AND (v_own IS NULL OR NOT m.id OPERATOR(pg_catalog.<@) v_own)
+         ORDER BY m.seq
+         LIMIT 1;
+        IF NOT FOUND THEN
+            DELETE FROM lease_queue.keys AS k WHERE k.qid = _refresh_keys.qid AND k.key = v_key;
+        ELSE
+            UPDATE lease_queue.keys AS k
+               SET ready_at = CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END
+             WHERE k.qid = _refresh_keys.qid AND k.key = v_key
+               AND k.ready_at IS DISTINCT FROM
+                   CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END;
+        END IF;
+    END LOOP;
 END
 $$;
 
