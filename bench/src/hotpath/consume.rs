@@ -38,7 +38,8 @@ pub async fn run(
             let mut runs = Vec::new();
             for round in 0..plan.hotpath_rounds {
                 for w in in_order(who, round) {
-                    let r = consume_run(db, plan, w, batch, clients, backlog, round, prefix).await?;
+                    let r =
+                        consume_run(db, plan, w, batch, clients, backlog, round, prefix).await?;
                     eprintln!(
                         "    batch {batch:>3} consumers {clients} round {round} {:<28} {:>8.0} msg/s ({} in {:.2} s{}; cpu {} µs/msg; preload {:.1} s; load {:.2})",
                         r.contender,
@@ -150,7 +151,11 @@ async fn consume_run(
     }
     let cpu1 = stats::cpu::server_ticks().map(|t| t.0);
     let waits = sampler.finish().await?;
-    let first = outcomes.iter().map(|o| o.start).min().ok_or_else(|| err("no consumer"))?;
+    let first = outcomes
+        .iter()
+        .map(|o| o.start)
+        .min()
+        .ok_or_else(|| err("no consumer"))?;
     let last = outcomes.iter().map(|o| o.end).max().unwrap_or(first);
     let mut hist = stats::histogram();
     for o in &outcomes {

@@ -80,9 +80,11 @@ impl Contender {
 
 /// Whether the installed pg_lease_queue has `ack_and_receive` (with the expected arguments).
 pub async fn has_ack_and_receive(c: &Client) -> BoxResult<bool> {
-    Ok(c.query_one("SELECT to_regprocedure($1) IS NOT NULL", &[&AAR_SIGNATURE])
-        .await?
-        .get(0))
+    Ok(
+        c.query_one("SELECT to_regprocedure($1) IS NOT NULL", &[&AAR_SIGNATURE])
+            .await?
+            .get(0),
+    )
 }
 
 /// Creates the contender's queue (`partitions`: ours only; pgmq has one table).
@@ -183,7 +185,9 @@ pub async fn claim(c: &Client, queue: &str, partition: u32) -> BoxResult<i64> {
         )
         .await?;
     if !row.get::<_, bool>(0) {
-        return Err(crate::err(format!("{queue}: partition {partition} not claimed")));
+        return Err(crate::err(format!(
+            "{queue}: partition {partition} not claimed"
+        )));
     }
     Ok(row.get(1))
 }

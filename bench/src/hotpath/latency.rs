@@ -7,11 +7,11 @@
 use serde::Serialize;
 
 use super::Contender;
+use crate::BoxResult;
 use crate::plan::Plan;
 use crate::queue::latency::{LatencyMode, Wait, send_latency};
 use crate::server::Db;
 use crate::stats::Spread;
-use crate::BoxResult;
 
 /// The target: ours' send → handler p50 (ms).
 pub const TARGET_P50_MS: f64 = 5.0;

@@ -156,12 +156,7 @@ impl RatePoint {
 }
 
 /// `f(a) / f(b)` in each round that has both.
-pub fn per_round_ratio(
-    runs: &[RateRun],
-    a: &str,
-    b: &str,
-    f: impl Fn(&RateRun) -> f64,
-) -> Spread {
+pub fn per_round_ratio(runs: &[RateRun], a: &str, b: &str, f: impl Fn(&RateRun) -> f64) -> Spread {
     let rounds: Vec<u32> = {
         let mut v: Vec<u32> = runs.iter().map(|r| r.round).collect();
         v.sort_unstable();

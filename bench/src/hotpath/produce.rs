@@ -126,7 +126,11 @@ async fn produce_run(
     }
     let cpu1 = stats::cpu::server_ticks().map(|t| t.0);
     let waits = sampler.finish().await?;
-    let first = outcomes.iter().map(|o| o.1).min().ok_or_else(|| err("no producer"))?;
+    let first = outcomes
+        .iter()
+        .map(|o| o.1)
+        .min()
+        .ok_or_else(|| err("no producer"))?;
     let last = outcomes.iter().map(|o| o.2).max().unwrap_or(first);
     let mut hist = stats::histogram();
     for o in &outcomes {

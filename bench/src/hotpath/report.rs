@@ -20,6 +20,15 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "**not met**" }
 }
 
+/// The issue measured tuple writes and WAL at batch 100: the batch-1 row is for the record.
+fn judged(batch: u32, ok: bool) -> String {
+    if batch == 100 {
+        verdict(ok).into()
+    } else {
+        format!("– (for the record: {})", if ok { "within" } else { "above" })
+    }
+}
+
 /// 12 345: digits grouped by threes with a plain space, as the docs write numbers.
 pub fn int(x: f64) -> String {
     if !x.is_finite() {
@@ -118,7 +127,7 @@ pub fn target_rows(h: &HotpathResult) -> Vec<[String; 6]> {
                 format!("{:.2}", m.writes_per_msg.median),
                 r.map_or("–".into(), |r| r.writes.ratio_text()),
                 format!("≤ {TUPLE_WRITES:.0}"),
-                verdict(o.writes_per_msg.median <= TUPLE_WRITES).into(),
+                judged(w.batch, o.writes_per_msg.median <= TUPLE_WRITES),
             ]);
             rows.push([
                 format!("WAL bytes per message, batch {}{suffix}", w.batch),
@@ -126,7 +135,7 @@ pub fn target_rows(h: &HotpathResult) -> Vec<[String; 6]> {
                 int(m.wal_per_msg.median),
                 r.map_or("–".into(), |r| r.wal.ratio_text()),
                 format!("≤ {WAL_RATIO:.1}× pgmq"),
-                verdict(r.is_some_and(|r| r.wal.median <= WAL_RATIO)).into(),
+                judged(w.batch, r.is_some_and(|r| r.wal.median <= WAL_RATIO)),
             ]);
         }
     }
@@ -162,11 +171,7 @@ pub fn target_rows(h: &HotpathResult) -> Vec<[String; 6]> {
         }
     }
     for op in ["send", "send_batch"] {
-        let get = |name: &str| {
-            h.scaling
-                .iter()
-                .find(|s| s.op == op && s.contender == name)
-        };
+        let get = |name: &str| h.scaling.iter().find(|s| s.op == op && s.contender == name);
         for name in [Contender::Ours.name(), Contender::OursNotifyOff.name()] {
             let (Some(o), Some(m)) = (get(name), get(pgmq)) else {
                 continue;
@@ -192,7 +197,10 @@ pub fn target_rows(h: &HotpathResult) -> Vec<[String; 6]> {
     if let (Some(o), Some(m)) = (st(Contender::Ours.name()), st(pgmq)) {
         let ratio = o.per_message / m.per_message;
         rows.push([
-            format!("storage per queued message ({} queued)", int(o.messages as f64)),
+            format!(
+                "storage per queued message ({} queued)",
+                int(o.messages as f64)
+            ),
             format!("{} B", int(o.per_message)),
             format!("{} B", int(m.per_message)),
             format!("{ratio:.2}×"),
@@ -262,7 +270,10 @@ pub fn markdown(w: &mut String, h: &HotpathResult) {
     }
     rate_tables(w, "Consume", "consumers", &h.consume);
     rate_tables(w, "Produce", "producers", &h.produce);
-    let _ = writeln!(w, "\nProducer scaling, 4-producer rate / 1-producer rate of the same round:\n");
+    let _ = writeln!(
+        w,
+        "\nProducer scaling, 4-producer rate / 1-producer rate of the same round:\n"
+    );
     for s in &h.scaling {
         let _ = writeln!(w, "- {} {}: {}", s.contender, s.op, s.ratio.ratio_text());
     }

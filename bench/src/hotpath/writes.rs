@@ -474,7 +474,8 @@ fn point(batch: u32, n: u64, who: &[Contender], runs: Vec<CycleRun>) -> CyclePoi
                 .filter(|r| r.contender == w.name())
                 .cloned()
                 .collect();
-            let f = |g: &dyn Fn(&CycleRun) -> f64| Spread::of(&mine.iter().map(g).collect::<Vec<_>>());
+            let f =
+                |g: &dyn Fn(&CycleRun) -> f64| Spread::of(&mine.iter().map(g).collect::<Vec<_>>());
             let mut keys: Vec<(String, String)> = Vec::new();
             for r in &mine {
                 for p in [&r.produce, &r.consume] {
@@ -491,7 +492,11 @@ fn point(batch: u32, n: u64, who: &[Contender], runs: Vec<CycleRun>) -> CyclePoi
                 .map(|(ph, t)| {
                     let m = |g: fn(&TableDelta) -> i64| {
                         f(&|r: &CycleRun| {
-                            let p = if ph == "produce" { &r.produce } else { &r.consume };
+                            let p = if ph == "produce" {
+                                &r.produce
+                            } else {
+                                &r.consume
+                            };
                             per(p.tables.iter().find(|x| x.table == t).map_or(0, g))
                         })
                         .median
@@ -542,7 +547,9 @@ fn point(batch: u32, n: u64, who: &[Contender], runs: Vec<CycleRun>) -> CyclePoi
         .map(|w| CycleRatio {
             contender: w.name().into(),
             vs: pgmq.into(),
-            writes: ratio(w.name(), |r| r.produce.tuple_writes + r.consume.tuple_writes),
+            writes: ratio(w.name(), |r| {
+                r.produce.tuple_writes + r.consume.tuple_writes
+            }),
             wal: ratio(w.name(), |r| r.produce.wal_bytes + r.consume.wal_bytes),
         })
         .collect();

@@ -13,10 +13,28 @@ use crate::hotpath::{Contender, HotpathResult, RatePoint};
 /// (when measured) in a colour of its own.
 pub(super) fn plot(dir: &Path, h: &HotpathResult, out: &mut Vec<Plot>) -> BoxResult<()> {
     let workloads: [(&str, &str, u32, &[RatePoint], RGBColor); 4] = [
-        ("consume", "consume batch 100", 100, &h.consume, RGBColor(204, 37, 41)),
-        ("consume", "consume batch 1", 1, &h.consume, RGBColor(218, 124, 48)),
+        (
+            "consume",
+            "consume batch 100",
+            100,
+            &h.consume,
+            RGBColor(204, 37, 41),
+        ),
+        (
+            "consume",
+            "consume batch 1",
+            1,
+            &h.consume,
+            RGBColor(218, 124, 48),
+        ),
         ("send", "send", 1, &h.produce, RGBColor(57, 106, 177)),
-        ("send_batch", "send_batch(100)", 100, &h.produce, RGBColor(62, 150, 81)),
+        (
+            "send_batch",
+            "send_batch(100)",
+            100,
+            &h.produce,
+            RGBColor(62, 150, 81),
+        ),
     ];
     let mut series = Vec::new();
     for (op, label, batch, points, color) in workloads {
