@@ -91,7 +91,8 @@ pub(super) fn plot(dir: &Path, h: &HotpathResult, out: &mut Vec<Plot>) -> BoxRes
             ),
             x_desc: "consumers (consume) or producers (send), log".into(),
             y_desc: "messages per second, median of rounds (log)".into(),
-            x: Axis::Log(0.8, 5.0),
+            // Room on the left for the legend (drawn in the upper left corner).
+            x: Axis::Log(0.25, 5.0),
             y: log_bounds(ys.into_iter()),
             series,
             hlines: vec![],
