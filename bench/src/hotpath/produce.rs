@@ -114,7 +114,8 @@ async fn produce_run(
                 sent += n;
                 end = Instant::now();
             }
-            BoxResult::Ok((hist, start, end, sent))
+            // The connection lives until the server's CPU has been read (see contenders::gone).
+            BoxResult::Ok((hist, start, end, sent, client))
         }));
     }
     let sampler = super::waits::Sampler::start(db).await?;
@@ -137,6 +138,7 @@ async fn produce_run(
         hist.add(&o.0).expect("same bounds");
     }
     let messages: u64 = outcomes.iter().map(|o| o.3).sum();
+    drop(outcomes);
     let seconds = last.duration_since(first).as_secs_f64().max(1e-6);
     contenders::drop_queue(&c, who, &queue).await?;
     Ok(RateRun {

@@ -25,7 +25,10 @@ fn judged(batch: u32, ok: bool) -> String {
     if batch == 100 {
         verdict(ok).into()
     } else {
-        format!("– (for the record: {})", if ok { "within" } else { "above" })
+        format!(
+            "– (for the record: {})",
+            if ok { "within" } else { "above" }
+        )
     }
 }
 
