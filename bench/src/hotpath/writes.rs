@@ -244,8 +244,18 @@ async fn snap(c: &Client, who: Contender, queue: &str) -> BoxResult<Snap> {
     let rows = c.query(&sql, &[&queue]).await?;
     let mut counts = BTreeMap::new();
     let mut sizes = BTreeMap::new();
+    // pgmq's tables are named after the queue, a new one per run: one name for all runs.
+    let (q, a) = (
+        format!("pgmq.q_{}", queue.to_lowercase()),
+        format!("pgmq.a_{}", queue.to_lowercase()),
+    );
     for r in rows {
-        let t: String = r.get(0);
+        let mut t: String = r.get(0);
+        if t == q {
+            t = "pgmq.q_<queue>".into();
+        } else if t == a {
+            t = "pgmq.a_<queue>".into();
+        }
         counts.insert(t.clone(), [r.get(1), r.get(2), r.get(3), r.get(4)]);
         sizes.insert(t, r.get(5));
     }
