@@ -298,3 +298,56 @@ pub async fn run(
         load_after: LoadAvg::now(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(contender: &str, round: u32, per_s: f64) -> RateRun {
+        RateRun {
+            contender: contender.into(),
+            round,
+            messages: 0,
+            seconds: 1.0,
+            per_s,
+            call: Latency::default(),
+            server_cpu_us: None,
+            backlog: 0,
+            preload_seconds: 0.0,
+            ran_dry: false,
+            empty_reads: 0,
+            waits: Vec::new(),
+            load_before: 0.0,
+            load_after: 0.0,
+        }
+    }
+
+    #[test]
+    fn rounds_alternate_the_order() {
+        let who = [Contender::Ours, Contender::OursAar, Contender::Pgmq];
+        assert_eq!(in_order(&who, 0), who.to_vec());
+        assert_eq!(
+            in_order(&who, 1),
+            vec![Contender::Pgmq, Contender::OursAar, Contender::Ours]
+        );
+        assert_eq!(in_order(&who, 2), who.to_vec());
+    }
+
+    #[test]
+    fn ratios_are_per_round_then_the_median() {
+        let runs = vec![
+            run("lease_queue", 0, 10.0),
+            run("pgmq", 0, 20.0),
+            run("pgmq", 1, 10.0),
+            run("lease_queue", 1, 10.0),
+            run("lease_queue", 2, 30.0),
+            run("pgmq", 2, 40.0),
+        ];
+        let p = RatePoint::of("consume", 100, 1, runs);
+        let r = p.ratio("lease_queue").expect("a ratio");
+        assert_eq!(r.ratio.values, vec![0.5, 1.0, 0.75]);
+        assert_eq!(r.ratio.median, 0.75);
+        assert_eq!(p.contender("pgmq").expect("pgmq").per_s.median, 20.0);
+        assert!(p.ratio("pgmq").is_none());
+    }
+}

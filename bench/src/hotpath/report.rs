@@ -442,3 +442,18 @@ fn writes_tables(w: &mut String, p: &CyclePoint) {
             .join("; ")
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::int;
+
+    #[test]
+    fn numbers_grouped_by_threes() {
+        assert_eq!(int(7.0), "7");
+        assert_eq!(int(1498.4), "1 498");
+        assert_eq!(int(113_448.0), "113 448");
+        assert_eq!(int(1_234_567.0), "1 234 567");
+        assert_eq!(int(-2500.0), "-2 500");
+        assert_eq!(int(f64::NAN), "–");
+    }
+}

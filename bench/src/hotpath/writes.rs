@@ -570,3 +570,15 @@ fn point(batch: u32, n: u64, who: &[Contender], runs: Vec<CycleRun>) -> CyclePoi
         ratios,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_lsn;
+
+    #[test]
+    fn lsn_text_to_bytes() {
+        assert_eq!(parse_lsn("0/16B3748").unwrap(), 0x16B_3748);
+        assert_eq!(parse_lsn("1/0").unwrap(), 1 << 32);
+        assert!(parse_lsn("16B3748").is_err());
+    }
+}
