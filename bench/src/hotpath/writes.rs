@@ -252,9 +252,9 @@ async fn snap(c: &Client, who: Contender, queue: &str) -> BoxResult<Snap> {
     for r in rows {
         let mut t: String = r.get(0);
         if t == q {
-            t = "pgmq.q_<queue>".into();
+            t = "pgmq.q_{queue}".into();
         } else if t == a {
-            t = "pgmq.a_<queue>".into();
+            t = "pgmq.a_{queue}".into();
         }
         counts.insert(t.clone(), [r.get(1), r.get(2), r.get(3), r.get(4)]);
         sizes.insert(t, r.get(5));
