@@ -8,11 +8,20 @@
 //! cargo run --release -p pglease-bench -- cycle          # one section
 //! cargo build --release -p pglease-cli -p pglease-bench && \
 //!     target/release/pglease-bench console               # the console at scale (about 6 minutes)
+//! cargo run --release -p pglease-bench -- hotpath        # issue 26's queue targets vs pgmq (about 6 minutes)
 //! ```
+//!
+//! `hotpath` measures each target of issue 26 (pg_lease_queue's hot path) against pgmq in one
+//! run, contenders interleaved in rounds: consumed msg/s (batch 100 and 1, 1 and 4 consumers),
+//! produced msg/s (send, send_batch(100), 1 and 4 producers, notify on and off), tuple writes and
+//! WAL bytes per message end to end, storage per queued message and send → handler latency. It
+//! runs unchanged against any pg_lease_queue version, and adds `ack_and_receive` as a consumer
+//! when the installed version has it.
 
 mod client;
 mod console;
 mod env;
+mod hotpath;
 mod interleave;
 mod pgbench;
 mod plan;
@@ -69,6 +78,10 @@ enum Section {
     /// page and GET endpoint, p50/p95/p99 at 1 and 4 clients, against p95 ≤ 200 ms. Needs the
     /// `pglease` binary (next to this one, or --pglease).
     Console,
+    /// Issue 26's queue targets against pgmq, interleaved: consume and produce msg/s, tuple writes
+    /// and WAL per message, storage per queued message, send → handler latency (about 6 minutes;
+    /// `--hotpath-seconds`).
+    Hotpath,
 }
 
 #[derive(Parser, Debug)]
@@ -105,9 +118,13 @@ struct Cli {
     /// Queue section: seconds of the bloat run (0: skip it).
     #[arg(long)]
     bloat_seconds: Option<u32>,
-    /// Queue section: the PyPI package `pgmq` whose SQL is installed at bench time.
+    /// Queue and hot-path sections: the PyPI package `pgmq` whose SQL is installed at bench time.
     #[arg(long, default_value = "1.1.4")]
     pgmq_version: String,
+    /// Hot-path section: seconds of each timed consume and produce run (default 2; 1 with
+    /// --quick).
+    #[arg(long)]
+    hotpath_seconds: Option<f64>,
     /// Console section: the `pglease` binary to serve the console with (default: the one next to
     /// this program, i.e. of the same cargo profile).
     #[arg(long)]
@@ -177,6 +194,9 @@ fn run(cli: Cli) -> BoxResult<(PathBuf, bool)> {
     }
     if let Some(s) = cli.bloat_seconds {
         plan.queue_bloat_seconds = s;
+    }
+    if let Some(s) = cli.hotpath_seconds {
+        plan.hotpath_seconds = s.max(0.1);
     }
     if let Some(n) = cli.console_requests {
         plan.console_requests = n.max(1);
@@ -287,6 +307,24 @@ fn run(cli: Cli) -> BoxResult<(PathBuf, bool)> {
             rep.queue = Some(
                 queue::run(
                     &server.db(server::DB_QUEUE),
+                    &plan,
+                    &repo,
+                    &cli.pgmq_version,
+                    &prefix,
+                )
+                .await?,
+            );
+        }
+        if want(Section::Hotpath) {
+            eprintln!("[hotpath] pg_lease_queue's hot path against pgmq (issue 26 targets)");
+            let prefix = if server.is_private() {
+                String::new()
+            } else {
+                format!("b{}_", stamp.to_lowercase())
+            };
+            rep.hotpath = Some(
+                hotpath::run(
+                    &server.db(server::DB_HOTPATH),
                     &plan,
                     &repo,
                     &cli.pgmq_version,

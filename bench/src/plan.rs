@@ -57,6 +57,18 @@ pub struct Plan {
     pub console_warmup: u32,
     pub console_clients: u32,
     pub console_sql_samples: u32,
+    /// Hot-path section: interleaved rounds and seconds of each timed consume / produce run.
+    pub hotpath_rounds: u32,
+    pub hotpath_seconds: f64,
+    /// Messages waiting when a consume run starts (batch 100; batch 1).
+    pub hotpath_backlog: u64,
+    pub hotpath_backlog_single: u64,
+    /// Messages of one tuple-writes / WAL cycle (batch 100; batch 1), and its rounds.
+    pub hotpath_cycle_messages: u64,
+    pub hotpath_cycle_messages_single: u64,
+    pub hotpath_cycle_rounds: u32,
+    /// send → handler samples per contender and round.
+    pub hotpath_latency_samples: u32,
 }
 
 impl Plan {
@@ -100,6 +112,14 @@ impl Plan {
             console_warmup: 10,
             console_clients: 4,
             console_sql_samples: 20,
+            hotpath_rounds: 3,
+            hotpath_seconds: 2.0,
+            hotpath_backlog: 100_000,
+            hotpath_backlog_single: 12_000,
+            hotpath_cycle_messages: 10_000,
+            hotpath_cycle_messages_single: 2_000,
+            hotpath_cycle_rounds: 2,
+            hotpath_latency_samples: 50,
         }
     }
 
@@ -143,6 +163,14 @@ impl Plan {
             console_warmup: 5,
             console_clients: 4,
             console_sql_samples: 10,
+            hotpath_rounds: 2,
+            hotpath_seconds: 1.0,
+            hotpath_backlog: 30_000,
+            hotpath_backlog_single: 5_000,
+            hotpath_cycle_messages: 2_000,
+            hotpath_cycle_messages_single: 500,
+            hotpath_cycle_rounds: 1,
+            hotpath_latency_samples: 20,
         }
     }
 }

@@ -33,6 +33,9 @@ pub const DB_RENEW: &str = "bench_renew";
 /// The console section's database: pg_lease and pg_lease_queue, seeded with 100 000 leases and
 /// 1 000 000 messages.
 pub const DB_CONSOLE: &str = "bench_console";
+/// The hot-path section's database: pg_lease, pg_lease_queue and pgmq's SQL, fresh for its
+/// storage measurement.
+pub const DB_HOTPATH: &str = "bench_hotpath";
 
 pub struct Server {
     pub cluster: Option<Cluster>,
@@ -110,6 +113,7 @@ impl Server {
                 DB_QUEUE,
                 DB_RENEW,
                 DB_CONSOLE,
+                DB_HOTPATH,
             ] {
                 c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
                     .await?;
@@ -130,7 +134,7 @@ impl Server {
                 c.batch_execute("CREATE EXTENSION pg_lease").await?;
                 create_baselines(&c).await?;
             }
-            for db in [DB_QUEUE, DB_CONSOLE] {
+            for db in [DB_QUEUE, DB_CONSOLE, DB_HOTPATH] {
                 let mut cfg = self.main.clone();
                 cfg.dbname(db);
                 connect(&cfg, None)

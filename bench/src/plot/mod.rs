@@ -10,6 +10,7 @@ use crate::interleave::GroupResult;
 use crate::report::{Report, TARGETS};
 
 mod chart;
+mod hotpath;
 
 use chart::*;
 
@@ -388,6 +389,9 @@ pub fn all(r: &Report, dir: &Path) -> BoxResult<Vec<Plot>> {
     storm_plots(dir, r, &mut out)?;
     scale_plot(dir, r, &mut out)?;
     queue_plots(dir, r, &mut out)?;
+    if let Some(h) = &r.hotpath {
+        hotpath::plot(dir, h, &mut out)?;
+    }
     Ok(out)
 }
 

@@ -49,7 +49,7 @@ pub(super) fn us(d: Duration) -> u64 {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wait {
+pub(crate) enum Wait {
     /// lease_queue: LISTEN lease_queue, receive on the partition's notification.
     LqListen,
     /// pgmq.read_with_poll with this poll interval (ms).
@@ -58,7 +58,7 @@ pub(super) enum Wait {
     PgmqNotify,
 }
 
-pub(super) async fn send_latency(
+pub(crate) async fn send_latency(
     db: &Db,
     sync: bool,
     wait: Wait,

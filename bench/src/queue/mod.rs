@@ -20,10 +20,10 @@
 //!   pg_stat_user_tables sampled every second, autovacuum on.
 
 mod bloat;
-mod latency;
-mod pgmq;
+pub(crate) mod latency;
+pub(crate) mod pgmq;
 mod report;
-mod system;
+pub(crate) mod system;
 mod throughput;
 
 use std::path::Path;

@@ -32,7 +32,7 @@ impl System {
         }
     }
 
-    pub(super) fn what(self) -> &'static str {
+    pub(crate) fn what(self) -> &'static str {
         match self {
             System::Keyed => {
                 "lease_queue, keyed (per-key commit order): send / send_batch; consumers claim one partition each, receive → ack"
@@ -49,7 +49,7 @@ impl System {
         }
     }
 
-    pub(super) fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             System::Keyed => "k",
             System::Unkeyed => "u",
@@ -58,46 +58,46 @@ impl System {
         }
     }
 
-    pub(super) fn ours(self) -> bool {
+    pub(crate) fn ours(self) -> bool {
         matches!(self, System::Keyed | System::Unkeyed)
     }
 }
 
-pub(super) const LQ_SEND: &str = "SELECT lease_queue.send($1::text, $2::text, $3::text::jsonb)";
-pub(super) const LQ_SEND_BATCH: &str =
+pub(crate) const LQ_SEND: &str = "SELECT lease_queue.send($1::text, $2::text, $3::text::jsonb)";
+pub(crate) const LQ_SEND_BATCH: &str =
     "SELECT count(*) FROM lease_queue.send_batch($1::text, $2::text[], $3::text[]::jsonb[])";
-pub(super) const LQ_CLAIM: &str = "SELECT claimed, epoch FROM lease_queue.claim($1::text, $2::int, $3::text, \
+pub(crate) const LQ_CLAIM: &str = "SELECT claimed, epoch FROM lease_queue.claim($1::text, $2::int, $3::text, \
                         $4::bigint * interval '1 millisecond')";
-pub(super) const LQ_RECEIVE: &str = "SELECT batch_id, id FROM lease_queue.receive($1::text, $2::int, $3::text, \
+pub(crate) const LQ_RECEIVE: &str = "SELECT batch_id, id FROM lease_queue.receive($1::text, $2::int, $3::text, \
                           $4::bigint, $5::int)";
-pub(super) const LQ_ACK: &str =
+pub(crate) const LQ_ACK: &str =
     "SELECT lease_queue.ack($1::text, $2::int, $3::text, $4::bigint, $5::bigint)";
-pub(super) const LQ_RELEASE: &str =
+pub(crate) const LQ_RELEASE: &str =
     "SELECT lease_queue.release($1::text, $2::int, $3::text, $4::bigint, true)";
-pub(super) const PGMQ_SEND: &str = "SELECT count(*) FROM pgmq.send($1::text, $2::text::jsonb)";
-pub(super) const PGMQ_SEND_FIFO: &str =
+pub(crate) const PGMQ_SEND: &str = "SELECT count(*) FROM pgmq.send($1::text, $2::text::jsonb)";
+pub(crate) const PGMQ_SEND_FIFO: &str =
     "SELECT count(*) FROM pgmq.send($1::text, $2::text::jsonb, $3::text::jsonb)";
-pub(super) const PGMQ_SEND_BATCH: &str =
+pub(crate) const PGMQ_SEND_BATCH: &str =
     "SELECT count(*) FROM pgmq.send_batch($1::text, $2::text[]::jsonb[])";
-pub(super) const PGMQ_SEND_BATCH_FIFO: &str =
+pub(crate) const PGMQ_SEND_BATCH_FIFO: &str =
     "SELECT count(*) FROM pgmq.send_batch($1::text, $2::text[]::jsonb[], $3::text[]::jsonb[])";
-pub(super) const PGMQ_READ: &str = "SELECT msg_id FROM pgmq.read($1::text, $2::int, $3::int)";
-pub(super) const PGMQ_READ_GROUPED: &str =
+pub(crate) const PGMQ_READ: &str = "SELECT msg_id FROM pgmq.read($1::text, $2::int, $3::int)";
+pub(crate) const PGMQ_READ_GROUPED: &str =
     "SELECT msg_id FROM pgmq.read_grouped($1::text, $2::int, $3::int)";
-pub(super) const PGMQ_DELETE: &str = "SELECT count(*) FROM pgmq.delete($1::text, $2::bigint[])";
+pub(crate) const PGMQ_DELETE: &str = "SELECT count(*) FROM pgmq.delete($1::text, $2::bigint[])";
 
 /// A JSON payload of about 100 bytes.
-pub(super) fn payload(producer: u32, n: u64) -> String {
+pub(crate) fn payload(producer: u32, n: u64) -> String {
     let head = format!("{{\"producer\": {producer}, \"n\": {n}, \"pad\": \"");
     let pad = 100usize.saturating_sub(head.len() + 2);
     format!("{head}{}\"}}", "x".repeat(pad))
 }
 
-pub(super) fn group_header(key: &str) -> String {
+pub(crate) fn group_header(key: &str) -> String {
     format!("{{\"x-pgmq-group\": \"{key}\"}}")
 }
 
-pub(super) async fn create(c: &Client, sys: System, name: &str, partitions: u32) -> BoxResult<()> {
+pub(crate) async fn create(c: &Client, sys: System, name: &str, partitions: u32) -> BoxResult<()> {
     if sys.ours() {
         c.execute(
             "SELECT lease_queue.create_queue($1::text, $2::int)",
@@ -114,7 +114,7 @@ pub(super) async fn create(c: &Client, sys: System, name: &str, partitions: u32)
     Ok(())
 }
 
-pub(super) async fn drop_queue(c: &Client, sys: System, name: &str) -> BoxResult<()> {
+pub(crate) async fn drop_queue(c: &Client, sys: System, name: &str) -> BoxResult<()> {
     if sys.ours() {
         c.execute("SELECT lease_queue.drop_queue($1::text)", &[&name])
             .await?;
@@ -127,7 +127,7 @@ pub(super) async fn drop_queue(c: &Client, sys: System, name: &str) -> BoxResult
 
 /// `per` keys for each of `partitions` partitions (by lease_queue.partition_of), interleaved so
 /// that consecutive keys fall in consecutive partitions.
-pub(super) async fn balanced_keys(c: &Client, partitions: u32, per: u32) -> BoxResult<Vec<String>> {
+pub(crate) async fn balanced_keys(c: &Client, partitions: u32, per: u32) -> BoxResult<Vec<String>> {
     let rows = c
         .query(
             "SELECT 'key-' || g, lease_queue.partition_of('key-' || g, $1::int)
@@ -156,18 +156,18 @@ pub(super) async fn balanced_keys(c: &Client, partitions: u32, per: u32) -> BoxR
 }
 
 /// One producer connection's prepared send statement.
-pub(super) struct Sender {
-    pub(super) sys: System,
-    pub(super) queue: String,
-    pub(super) batch: u32,
-    pub(super) stmt: Statement,
-    pub(super) keys: Arc<Vec<String>>,
-    pub(super) id: u32,
-    pub(super) next: u64,
+pub(crate) struct Sender {
+    pub(crate) sys: System,
+    pub(crate) queue: String,
+    pub(crate) batch: u32,
+    pub(crate) stmt: Statement,
+    pub(crate) keys: Arc<Vec<String>>,
+    pub(crate) id: u32,
+    pub(crate) next: u64,
 }
 
 impl Sender {
-    pub(super) async fn new(
+    pub(crate) async fn new(
         c: &Client,
         sys: System,
         queue: &str,
@@ -194,14 +194,14 @@ impl Sender {
         })
     }
 
-    pub(super) fn key(&mut self) -> String {
+    pub(crate) fn key(&mut self) -> String {
         let k = self.keys[(self.next % self.keys.len() as u64) as usize].clone();
         self.next += 1;
         k
     }
 
     /// Sends one transaction of `self.batch` messages (autocommit); returns how many.
-    pub(super) async fn send(&mut self, c: &Client) -> BoxResult<u64> {
+    pub(crate) async fn send(&mut self, c: &Client) -> BoxResult<u64> {
         let n = self.next;
         if self.batch == 1 {
             let key = self.key();
@@ -253,19 +253,19 @@ impl Sender {
 
 /// One consumer: ours owns partition `partition` (claimed at start, released at the end); pgmq's
 /// reads the one queue.
-pub(super) struct Receiver {
-    pub(super) sys: System,
-    pub(super) queue: String,
-    pub(super) batch: i32,
-    pub(super) partition: i32,
-    pub(super) owner: String,
-    pub(super) epoch: i64,
-    pub(super) read: Statement,
-    pub(super) settle: Statement,
+pub(crate) struct Receiver {
+    pub(crate) sys: System,
+    pub(crate) queue: String,
+    pub(crate) batch: i32,
+    pub(crate) partition: i32,
+    pub(crate) owner: String,
+    pub(crate) epoch: i64,
+    pub(crate) read: Statement,
+    pub(crate) settle: Statement,
 }
 
 impl Receiver {
-    pub(super) async fn new(
+    pub(crate) async fn new(
         c: &Client,
         sys: System,
         queue: &str,
@@ -311,7 +311,7 @@ impl Receiver {
     }
 
     /// One receive → settle cycle; returns the number of messages handled (0: nothing there).
-    pub(super) async fn cycle(&self, c: &Client) -> BoxResult<u64> {
+    pub(crate) async fn cycle(&self, c: &Client) -> BoxResult<u64> {
         if self.sys.ours() {
             let rows = c
                 .query(
@@ -354,7 +354,7 @@ impl Receiver {
         }
     }
 
-    pub(super) async fn finish(&self, c: &Client) -> BoxResult<()> {
+    pub(crate) async fn finish(&self, c: &Client) -> BoxResult<()> {
         if self.sys.ours() {
             c.execute(
                 LQ_RELEASE,
