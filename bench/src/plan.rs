@@ -57,6 +57,9 @@ pub struct Plan {
     pub console_warmup: u32,
     pub console_clients: u32,
     pub console_sql_samples: u32,
+    /// Peers section: the most seconds of each drain, and the messages preloaded per run.
+    pub peers_seconds: u32,
+    pub peers_backlog: u64,
 }
 
 impl Plan {
@@ -100,6 +103,8 @@ impl Plan {
             console_warmup: 10,
             console_clients: 4,
             console_sql_samples: 20,
+            peers_seconds: 10,
+            peers_backlog: 20_000,
         }
     }
 
@@ -143,6 +148,8 @@ impl Plan {
             console_warmup: 5,
             console_clients: 4,
             console_sql_samples: 10,
+            peers_seconds: 3,
+            peers_backlog: 5_000,
         }
     }
 }

@@ -46,6 +46,7 @@ pub struct Report {
     pub queue: Option<crate::queue::QueueResult>,
     pub renew_many: Option<crate::renew_many::RenewManyResult>,
     pub console: Option<crate::console::ConsoleResult>,
+    pub peers: Option<crate::peers::PeersResult>,
 }
 
 impl Report {
@@ -90,6 +91,7 @@ impl Report {
             queue: None,
             renew_many: None,
             console: None,
+            peers: None,
         })
     }
 
@@ -400,6 +402,9 @@ impl Report {
         }
         if let Some(c) = &self.console {
             crate::console::markdown(w, c);
+        }
+        if let Some(p) = &self.peers {
+            crate::peers::markdown(w, p);
         }
         if !plots.is_empty() {
             let _ = writeln!(w, "## Plots\n");

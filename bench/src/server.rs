@@ -33,6 +33,9 @@ pub const DB_RENEW: &str = "bench_renew";
 /// The console section's database: pg_lease and pg_lease_queue, seeded with 100 000 leases and
 /// 1 000 000 messages.
 pub const DB_CONSOLE: &str = "bench_console";
+/// The peers section's database: pg_lease_queue, pgmq's SQL, and the schemas pg-boss and
+/// Graphile Worker create for themselves (all installed at bench time).
+pub const DB_PEERS: &str = "bench_peers";
 
 pub struct Server {
     pub cluster: Option<Cluster>,
@@ -110,6 +113,7 @@ impl Server {
                 DB_QUEUE,
                 DB_RENEW,
                 DB_CONSOLE,
+                DB_PEERS,
             ] {
                 c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
                     .await?;
@@ -130,7 +134,7 @@ impl Server {
                 c.batch_execute("CREATE EXTENSION pg_lease").await?;
                 create_baselines(&c).await?;
             }
-            for db in [DB_QUEUE, DB_CONSOLE] {
+            for db in [DB_QUEUE, DB_CONSOLE, DB_PEERS] {
                 let mut cfg = self.main.clone();
                 cfg.dbname(db);
                 connect(&cfg, None)

@@ -21,9 +21,9 @@
 
 mod bloat;
 mod latency;
-mod pgmq;
+pub(crate) mod pgmq;
 mod report;
-mod system;
+pub(crate) mod system;
 mod throughput;
 
 use std::path::Path;

@@ -102,7 +102,7 @@ pub fn fetch_pgmq(repo: &Path, version: &str) -> BoxResult<(String, PgmqSource)>
     ))
 }
 
-pub(super) async fn install_pgmq(c: &Client, sql: &str, src: &mut PgmqSource) -> BoxResult<()> {
+pub(crate) async fn install_pgmq(c: &Client, sql: &str, src: &mut PgmqSource) -> BoxResult<()> {
     let have: bool = c
         .query_one("SELECT to_regnamespace('pgmq') IS NOT NULL", &[])
         .await?

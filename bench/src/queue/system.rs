@@ -64,27 +64,27 @@ impl System {
 }
 
 pub(super) const LQ_SEND: &str = "SELECT lease_queue.send($1::text, $2::text, $3::text::jsonb)";
-pub(super) const LQ_SEND_BATCH: &str =
+pub(crate) const LQ_SEND_BATCH: &str =
     "SELECT count(*) FROM lease_queue.send_batch($1::text, $2::text[], $3::text[]::jsonb[])";
-pub(super) const LQ_CLAIM: &str = "SELECT claimed, epoch FROM lease_queue.claim($1::text, $2::int, $3::text, \
+pub(crate) const LQ_CLAIM: &str = "SELECT claimed, epoch FROM lease_queue.claim($1::text, $2::int, $3::text, \
                         $4::bigint * interval '1 millisecond')";
 pub(super) const LQ_RECEIVE: &str = "SELECT batch_id, id FROM lease_queue.receive($1::text, $2::int, $3::text, \
                           $4::bigint, $5::int)";
-pub(super) const LQ_ACK: &str =
+pub(crate) const LQ_ACK: &str =
     "SELECT lease_queue.ack($1::text, $2::int, $3::text, $4::bigint, $5::bigint)";
-pub(super) const LQ_RELEASE: &str =
+pub(crate) const LQ_RELEASE: &str =
     "SELECT lease_queue.release($1::text, $2::int, $3::text, $4::bigint, true)";
 pub(super) const PGMQ_SEND: &str = "SELECT count(*) FROM pgmq.send($1::text, $2::text::jsonb)";
 pub(super) const PGMQ_SEND_FIFO: &str =
     "SELECT count(*) FROM pgmq.send($1::text, $2::text::jsonb, $3::text::jsonb)";
 pub(super) const PGMQ_SEND_BATCH: &str =
     "SELECT count(*) FROM pgmq.send_batch($1::text, $2::text[]::jsonb[])";
-pub(super) const PGMQ_SEND_BATCH_FIFO: &str =
+pub(crate) const PGMQ_SEND_BATCH_FIFO: &str =
     "SELECT count(*) FROM pgmq.send_batch($1::text, $2::text[]::jsonb[], $3::text[]::jsonb[])";
 pub(super) const PGMQ_READ: &str = "SELECT msg_id FROM pgmq.read($1::text, $2::int, $3::int)";
 pub(super) const PGMQ_READ_GROUPED: &str =
     "SELECT msg_id FROM pgmq.read_grouped($1::text, $2::int, $3::int)";
-pub(super) const PGMQ_DELETE: &str = "SELECT count(*) FROM pgmq.delete($1::text, $2::bigint[])";
+pub(crate) const PGMQ_DELETE: &str = "SELECT count(*) FROM pgmq.delete($1::text, $2::bigint[])";
 
 /// A JSON payload of about 100 bytes.
 pub(super) fn payload(producer: u32, n: u64) -> String {
@@ -93,7 +93,7 @@ pub(super) fn payload(producer: u32, n: u64) -> String {
     format!("{head}{}\"}}", "x".repeat(pad))
 }
 
-pub(super) fn group_header(key: &str) -> String {
+pub(crate) fn group_header(key: &str) -> String {
     format!("{{\"x-pgmq-group\": \"{key}\"}}")
 }
 
@@ -127,7 +127,7 @@ pub(super) async fn drop_queue(c: &Client, sys: System, name: &str) -> BoxResult
 
 /// `per` keys for each of `partitions` partitions (by lease_queue.partition_of), interleaved so
 /// that consecutive keys fall in consecutive partitions.
-pub(super) async fn balanced_keys(c: &Client, partitions: u32, per: u32) -> BoxResult<Vec<String>> {
+pub(crate) async fn balanced_keys(c: &Client, partitions: u32, per: u32) -> BoxResult<Vec<String>> {
     let rows = c
         .query(
             "SELECT 'key-' || g, lease_queue.partition_of('key-' || g, $1::int)
