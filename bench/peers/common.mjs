@@ -30,8 +30,10 @@ export async function expect(word) {
   if (got !== word) throw new Error(`expected "${word}" from the harness, got "${got}"`);
 }
 
+/** Writes one protocol line; resolves once it was handed to the pipe (await it before exiting:
+ * an exit drops what a pipe has not taken yet). */
 export function say(obj) {
-  process.stdout.write(JSON.stringify(obj) + "\n");
+  return new Promise((resolve) => process.stdout.write(JSON.stringify(obj) + "\n", () => resolve()));
 }
 
 /** The configuration line; `keys` are the key strings, message i has key i % keys.length. */
@@ -112,6 +114,5 @@ export function packageVersion(name) {
 
 export function fail(err) {
   process.stderr.write(`driver failed: ${err?.stack ?? err}\n`);
-  say({ event: "error", message: String(err?.message ?? err) });
-  process.exit(1);
+  say({ event: "error", message: String(err?.message ?? err) }).then(() => process.exit(1));
 }

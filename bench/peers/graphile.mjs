@@ -46,7 +46,7 @@ async function main() {
     mode === "batched"
       ? { localQueue: { size: cfg.batch }, completeJobBatchDelay: 0, failJobBatchDelay: 0 }
       : {};
-  say({
+  await say({
     event: "ready",
     versions: { "graphile-worker": version, node: process.versions.node, pg: packageVersion("pg") },
     settings: `addJobs() batches, queueName = key; run() with concurrency = consumers, ${
@@ -65,7 +65,7 @@ async function main() {
     }
     await utils.addJobs(specs);
   }
-  say({ event: "produced", produced: cfg.backlog, seconds: (performance.now() - t0) / 1000 });
+  await say({ event: "produced", produced: cfg.backlog, seconds: (performance.now() - t0) / 1000 });
 
   await expect("consume");
   const rec = new Recorder();
@@ -88,7 +88,7 @@ async function main() {
   await Promise.race([finished, sleep(Math.max(0, start + cfg.seconds * 1000 - performance.now()))]);
   const seconds = rec.count > 0 ? (rec.lastEnd - start) / 1000 : cfg.seconds;
   await runner.stop();
-  say({ event: "done", consumed: rec.count, seconds, empty_reads: 0, errors, records: rec.flat });
+  await say({ event: "done", consumed: rec.count, seconds, empty_reads: 0, errors, records: rec.flat });
   await utils.release();
   await pool.end();
 }

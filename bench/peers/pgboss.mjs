@@ -52,7 +52,7 @@ async function main() {
     burstWhenBatchFull: true,
   };
   const shown = { ...workOptions, localConcurrency: "consumers" };
-  say({
+  await say({
     event: "ready",
     versions: { "pg-boss": version, node: process.versions.node },
     settings:
@@ -72,7 +72,7 @@ async function main() {
     }
     await boss.insert(cfg.queue, jobs);
   }
-  say({ event: "produced", produced: cfg.backlog, seconds: (performance.now() - t0) / 1000 });
+  await say({ event: "produced", produced: cfg.backlog, seconds: (performance.now() - t0) / 1000 });
 
   await expect("consume");
   const rec = new Recorder();
@@ -111,7 +111,7 @@ async function main() {
     await Promise.all(Array.from({ length: cfg.consumers }, loop));
   }
   const seconds = rec.count > 0 ? (rec.lastEnd - start) / 1000 : cfg.seconds;
-  say({
+  await say({
     event: "done",
     consumed: rec.count,
     seconds,

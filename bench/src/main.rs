@@ -139,6 +139,10 @@ struct Cli {
     /// pg-boss-fetch, graphile-worker).
     #[arg(long, value_delimiter = ',')]
     peers_systems: Option<Vec<String>>,
+    /// Peers section: messages per preload call whatever the number of keys (default: the number
+    /// of keys, at most 1000, so that no call carries two messages of one key).
+    #[arg(long)]
+    peers_preload_batch: Option<u32>,
     /// Peers section: key counts (default 64,10000).
     #[arg(long, value_delimiter = ',', default_value = "64,10000")]
     peers_keys: Vec<u32>,
@@ -360,6 +364,7 @@ fn run(cli: Cli) -> BoxResult<(PathBuf, bool)> {
                 consumers: cli.peers_consumers.iter().map(|c| (*c).max(1)).collect(),
                 batch: 100,
                 preload_max: 1000,
+                preload_batch: cli.peers_preload_batch,
                 systems: cli.peers_systems.clone().unwrap_or_else(|| {
                     peers::SYSTEMS
                         .iter()

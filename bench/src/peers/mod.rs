@@ -109,6 +109,9 @@ pub struct PeersOptions {
     pub batch: u32,
     /// The most messages per preload call (fewer when there are fewer keys: workload.rs).
     pub preload_max: u32,
+    /// Messages per preload call whatever the keys (then a call may carry several messages of
+    /// one key: an experiment on how each system orders those).
+    pub preload_batch: Option<u32>,
     pub systems: Vec<String>,
     pub pgmq_version: String,
     pub node: NodePins,
@@ -411,7 +414,10 @@ pub async fn run(db: &Db, repo: &Path, o: &PeersOptions, prefix: &str) -> BoxRes
                     queue: format!("{prefix}peers_{}_{nkeys}_{consumers}", sys.code()),
                     keys: keys.clone(),
                     backlog: o.backlog,
-                    preload_batch: preload_batch(nkeys, o.preload_max),
+                    preload_batch: o
+                        .preload_batch
+                        .unwrap_or_else(|| preload_batch(nkeys, o.preload_max))
+                        .max(1),
                     consumers,
                     batch: o.batch,
                     seconds: o.seconds,

@@ -70,15 +70,18 @@ pub(super) fn install(repo: &Path, pins: &NodePins) -> BoxResult<NodeEnv> {
         .filter(|(p, v)| installed_version(&dir, p).as_deref() != Some(*v))
         .map(|(p, v)| format!("{p}@{v}"))
         .collect();
+    let args: Vec<String> = wanted.iter().map(|(p, v)| format!("{p}@{v}")).collect();
     let installed = if missing.is_empty() {
-        "already in the cache".to_string()
+        format!(
+            "npm install --no-save {} (from an earlier run, in the cache)",
+            args.join(" ")
+        )
     } else {
         // A package.json of our own keeps npm from looking for a project further up.
         std::fs::write(
             dir.join("package.json"),
             "{\"name\": \"pglease-bench-peers\", \"private\": true, \"type\": \"module\"}\n",
         )?;
-        let args: Vec<String> = wanted.iter().map(|(p, v)| format!("{p}@{v}")).collect();
         eprintln!(
             "  npm install --no-save {} into {}",
             args.join(" "),
@@ -238,8 +241,14 @@ impl Driver {
                 self.log_tail()
             )));
         };
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .map_err(|e| err(format!("{}: not a JSON line ({e}): {line}", self.name)))?;
+        let short: String = line.chars().take(300).collect();
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| {
+            err(format!(
+                "{}: not a JSON line ({e}), {} bytes: {short}…",
+                self.name,
+                line.len()
+            ))
+        })?;
         match v["event"].as_str() {
             Some(e) if e == event => Ok(v),
             Some("error") => Err(err(format!(
@@ -249,7 +258,7 @@ impl Driver {
                 self.log_tail()
             ))),
             _ => Err(err(format!(
-                "{}: expected \"{event}\", got {line}",
+                "{}: expected \"{event}\", got {short}",
                 self.name
             ))),
         }

@@ -69,8 +69,17 @@ pub fn markdown(w: &mut String, p: &PeersResult) {
     }
     let _ = writeln!(
         w,
-        "\nEach run: a backlog of {} messages (~100 B JSON, keys round-robin, each carrying its key and per-key sequence number) preloaded in batches of min(keys, {}), one connection; then the consumers drain it for at most {} s (batch {}). synchronous_commit=off for every connection. consumed/s = messages handled / time until the last one was settled (Node peers: until the last handler returned). Order: a message handed to a handler while an earlier message of its key was not yet finished counts as a violation. Cells run every system back to back, the order reversed from one cell to the next.\n",
-        o.backlog, o.preload_max, o.seconds, o.batch
+        "\nEach run: a backlog of {} messages (~100 B JSON, keys round-robin, each carrying its key and per-key sequence number) preloaded in batches of {}, one connection; then the consumers drain it for at most {} s (batch {}). synchronous_commit=off for every connection. consumed/s = messages handled / time until the last one was settled (Node peers: until the last handler returned). Order: a message handed to a handler while an earlier message of its key was not yet finished counts as a violation. Cells run every system back to back, the order reversed from one cell to the next.\n",
+        o.backlog,
+        o.preload_batch.map_or(
+            format!(
+                "min(keys, {}) (no call carries two messages of one key)",
+                o.preload_max
+            ),
+            |b| format!("{b} whatever the keys (a call may carry several messages of one key)")
+        ),
+        o.seconds,
+        o.batch
     );
     let _ = writeln!(
         w,
@@ -106,10 +115,11 @@ pub fn markdown(w: &mut String, p: &PeersResult) {
     for r in p.runs.iter().filter(|r| r.order.example.is_some()) {
         let _ = writeln!(
             w,
-            "- {} at {} keys, {} consumers, first violation: {}",
+            "- {} at {} keys, {} consumer{}, first violation: {}",
             r.system,
             r.keys,
             r.consumers,
+            if r.consumers == 1 { "" } else { "s" },
             r.order.example.as_deref().unwrap_or("")
         );
     }
