@@ -91,7 +91,7 @@ impl System {
     fn node(self) -> bool {
         matches!(
             self,
-            System::PgBoss | System::PgBossFetch | System::Graphile
+            System::PgBoss | System::PgBossFetch | System::Graphile | System::GraphileBatched
         )
     }
 }
@@ -209,6 +209,8 @@ struct Consumed {
     /// When its last settle returned.
     last: Option<Instant>,
     empty_reads: u64,
+    /// Calls that failed without failing the run (pgmq: reads cancelled at the deadline).
+    errors: u64,
 }
 
 struct Drained {
@@ -216,6 +218,7 @@ struct Drained {
     cost: Cost,
     recs: Vec<Rec>,
     empty_reads: u64,
+    errors: u64,
 }
 
 impl Drained {
@@ -228,7 +231,7 @@ impl Drained {
             consume: self.cost,
             records: self.recs,
             empty_reads: self.empty_reads,
-            errors: 0,
+            errors: self.errors,
         }
     }
 }
@@ -251,11 +254,13 @@ where
     let mut recs = Vec::new();
     let mut last = t0;
     let mut empty_reads = 0;
+    let mut errors = 0;
     for t in tasks {
         let c = t.await??;
         recs.extend(c.recs);
         last = last.max(c.last.unwrap_or(t0));
         empty_reads += c.empty_reads;
+        errors += c.errors;
     }
     let cost = m.finish(job.mon, recs.len() as u64).await;
     Ok(Drained {
@@ -263,6 +268,7 @@ where
         cost,
         recs,
         empty_reads,
+        errors,
     })
 }
 
@@ -380,7 +386,7 @@ pub async fn run(db: &Db, repo: &Path, o: &PeersOptions, prefix: &str) -> BoxRes
             (
                 System::PgmqFifo.name().into(),
                 format!(
-                    "send_batch with header x-pgmq-group = key, create_fifo_index; consumers loop read_grouped(vt 30 s, qty {}) → delete(ids), 1 ms pause after an empty read",
+                    "send_batch with header x-pgmq-group = key, create_fifo_index; consumers loop read_grouped(vt 30 s, qty {}) → delete(ids), 1 ms pause after an empty read; statement_timeout = drain window + 5 s (a read cancelled by it ends its consumer: counted under errors)",
                     o.batch
                 ),
             ),
@@ -425,6 +431,13 @@ pub async fn run(db: &Db, repo: &Path, o: &PeersOptions, prefix: &str) -> BoxRes
                 let load_before = LoadAvg::now();
                 let out = sec.run_one(sys, &job).await?;
                 let order = workload::check(&out.records, nkeys);
+                let drained = order.distinct >= o.backlog;
+                // Not drained: the consumers worked the whole window (or a call ran past it).
+                let consume_seconds = if drained {
+                    out.consume_seconds
+                } else {
+                    out.consume_seconds.max(f64::from(o.seconds))
+                };
                 let r = PeerRun {
                     system: sys.name().into(),
                     keys: nkeys,
@@ -435,9 +448,9 @@ pub async fn run(db: &Db, repo: &Path, o: &PeersOptions, prefix: &str) -> BoxRes
                     produced_per_s: round1(o.backlog as f64 / out.produce_seconds.max(1e-6)),
                     produce: out.produce,
                     consumed: out.consumed,
-                    consume_seconds: round3(out.consume_seconds),
-                    consumed_per_s: round1(out.consumed as f64 / out.consume_seconds.max(1e-6)),
-                    drained: order.distinct >= o.backlog,
+                    consume_seconds: round3(consume_seconds),
+                    consumed_per_s: round1(out.consumed as f64 / consume_seconds.max(1e-6)),
+                    drained,
                     consume: out.consume,
                     order,
                     empty_reads: out.empty_reads,

@@ -159,6 +159,7 @@ async fn run_created(job: &Job<'_>, c: &Client) -> BoxResult<Outcome> {
                 recs,
                 last,
                 empty_reads: 0,
+                errors: 0,
             })
         }
     })

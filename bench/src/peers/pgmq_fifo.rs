@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
 use super::meter::ClientProc;
 use super::workload::{message, payload};
@@ -22,8 +23,11 @@ use crate::{BoxResult, err};
 const READ: &str = "SELECT msg_id, (message->>'k')::int4, (message->>'s')::int4 \
      FROM pgmq.read_grouped($1::text, $2::int, $3::int)";
 
-/// Visibility timeout of a read, seconds (far beyond a drain: nothing is read twice by timeout).
+/// Visibility timeout of a read, seconds (beyond a drain: nothing is read twice by timeout).
 const VT: i32 = 30;
+
+/// Seconds a read may run past the drain window before it is cancelled.
+const GRACE_S: u64 = 5;
 
 pub(super) async fn preload(c: &Client, job: &Job<'_>) -> BoxResult<()> {
     let stmt = c.prepare(PGMQ_SEND_BATCH_FIFO).await?;
@@ -68,19 +72,35 @@ async fn run_created(job: &Job<'_>, c: &Client) -> BoxResult<Outcome> {
         timed(job.mon, ClientProc::Harness, job.backlog, preload(c, job)).await?;
     let batch = job.batch as i32;
     let backlog = job.backlog;
+    // A grouped read over a large backlog can take longer than the whole drain window: it is
+    // cancelled GRACE_S after the window, and its consumer stops (counted under errors).
+    let timeout = format!(
+        "SET statement_timeout = '{}s'",
+        u64::from(job.seconds) + GRACE_S
+    );
     let d = drain(job, |_, deadline, tickets, handled| {
         let db = job.db.clone();
         let queue = job.queue.clone();
+        let timeout = timeout.clone();
         async move {
             let c = db.connect(false).await?;
+            c.batch_execute(&timeout).await?;
             let read = c.prepare(READ).await?;
             let delete = c.prepare(PGMQ_DELETE).await?;
             let mut recs = Vec::new();
             let mut msgs = Vec::new();
             let mut last = None;
             let mut empty_reads = 0;
+            let mut cancelled = 0;
             while Instant::now() < deadline && handled.load(Ordering::SeqCst) < backlog {
-                let rows = c.query(&read, &[&queue, &VT, &batch]).await?;
+                let rows = match c.query(&read, &[&queue, &VT, &batch]).await {
+                    Ok(rows) => rows,
+                    Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
+                        cancelled += 1;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 if rows.is_empty() {
                     // Every visible head is taken by another consumer at this moment.
                     empty_reads += 1;
@@ -103,6 +123,7 @@ async fn run_created(job: &Job<'_>, c: &Client) -> BoxResult<Outcome> {
                 recs,
                 last,
                 empty_reads,
+                errors: cancelled,
             })
         }
     })

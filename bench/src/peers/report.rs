@@ -69,7 +69,7 @@ pub fn markdown(w: &mut String, p: &PeersResult) {
     }
     let _ = writeln!(
         w,
-        "\nEach run: a backlog of {} messages (~100 B JSON, keys round-robin, each carrying its key and per-key sequence number) preloaded in batches of {}, one connection; then the consumers drain it for at most {} s (batch {}). synchronous_commit=off for every connection. consumed/s = messages handled / time until the last one was settled (Node peers: until the last handler returned). Order: a message handed to a handler while an earlier message of its key was not yet finished counts as a violation. Cells run every system back to back, the order reversed from one cell to the next.\n",
+        "\nEach run: a backlog of {} messages (~100 B JSON, keys round-robin, each carrying its key and per-key sequence number) preloaded in batches of {}, one connection; then the consumers drain it for at most {} s (batch {}). synchronous_commit=off for every connection. consumed/s = messages handled / time until the last one was settled (Node peers: until the last handler returned), or / the drain window if the backlog was not drained. Order: a message handed to a handler while an earlier message of its key was not yet finished counts as a violation. Cells run every system back to back, the order reversed from one cell to the next.\n",
         o.backlog,
         o.preload_batch.map_or(
             format!(

@@ -37,7 +37,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> BoxR
             .iter()
             .flat_map(|s| s.values.iter().flatten().copied()),
     ) {
-        Axis::Log(a, b) | Axis::Lin(a, b) => (a, b * 3.0),
+        // Headroom above the tallest bar for the legend (about 1.5 decades).
+        Axis::Log(a, b) | Axis::Lin(a, b) => (a, b * 25.0),
     };
     let n = c.groups.len().max(1) as f64;
     let mut chart = ChartBuilder::on(root)
