@@ -211,6 +211,9 @@ struct Consumed {
     empty_reads: u64,
     /// Calls that failed without failing the run (pgmq: reads cancelled at the deadline).
     errors: u64,
+    /// The consumer's connection, closed only after the drain's meter has read the server's CPU
+    /// (a backend exiting while /proc is read would take its CPU time out of the sum).
+    conn: Client,
 }
 
 struct Drained {
@@ -255,14 +258,17 @@ where
     let mut last = t0;
     let mut empty_reads = 0;
     let mut errors = 0;
+    let mut conns = Vec::new();
     for t in tasks {
         let c = t.await??;
         recs.extend(c.recs);
         last = last.max(c.last.unwrap_or(t0));
         empty_reads += c.empty_reads;
         errors += c.errors;
+        conns.push(c.conn);
     }
     let cost = m.finish(job.mon, recs.len() as u64).await;
+    drop(conns);
     Ok(Drained {
         seconds: last.duration_since(t0).as_secs_f64(),
         cost,

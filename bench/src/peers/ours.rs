@@ -160,6 +160,7 @@ async fn run_created(job: &Job<'_>, c: &Client) -> BoxResult<Outcome> {
                 last,
                 empty_reads: 0,
                 errors: 0,
+                conn: c,
             })
         }
     })

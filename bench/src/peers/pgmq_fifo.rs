@@ -124,6 +124,7 @@ async fn run_created(job: &Job<'_>, c: &Client) -> BoxResult<Outcome> {
                 last,
                 empty_reads,
                 errors: cancelled,
+                conn: c,
             })
         }
     })
