@@ -63,6 +63,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> BoxR
     let width = 0.8 / k;
     let mut any_flag = false;
     for (si, s) in c.series.iter().enumerate() {
+        // (left edge, value, flagged); a value of 0 (nothing consumed) gets no bar, only its label.
         let bars: Vec<(f64, f64, bool)> = s
             .values
             .iter()
@@ -70,20 +71,20 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> BoxR
             .filter_map(|(g, v)| {
                 v.map(|v| {
                     let x0 = g as f64 + 0.1 + si as f64 * width;
-                    (x0, v.max(lo), s.flagged.get(g).copied().unwrap_or(false))
+                    (x0, v, s.flagged.get(g).copied().unwrap_or(false))
                 })
             })
             .collect();
         let color = s.color;
         chart
-            .draw_series(bars.iter().map(|&(x0, v, _)| {
+            .draw_series(bars.iter().filter(|b| b.1 > lo).map(|&(x0, v, _)| {
                 Rectangle::new([(x0, lo), (x0 + width * 0.92, v)], color.filled())
             }))
             .map_err(e)?
             .label(s.label.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
         chart
-            .draw_series(bars.iter().filter(|b| b.2).map(|&(x0, v, _)| {
+            .draw_series(bars.iter().filter(|b| b.2 && b.1 > lo).map(|&(x0, v, _)| {
                 Rectangle::new(
                     [(x0, lo), (x0 + width * 0.92, v)],
                     ShapeStyle::from(BLACK).stroke_width(2),
@@ -97,7 +98,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> BoxR
                 any_flag |= flag;
                 Text::new(
                     format!("{}{}", num(v), if flag { "*" } else { "" }),
-                    (x0 + width * 0.46, v * 1.08),
+                    (x0 + width * 0.46, v.max(lo) * 1.08),
                     style.clone(),
                 )
             }))
