@@ -9,6 +9,7 @@
 //! cargo build --release -p pglease-cli -p pglease-bench && \
 //!     target/release/pglease-bench console               # the console at scale (about 6 minutes)
 //! cargo run --release -p pglease-bench -- hotpath        # issue 26's queue targets vs pgmq (about 6 minutes)
+//! cargo run --release -p pglease-bench -- peers          # per-key FIFO among the peers (about 8 minutes)
 //! ```
 //!
 //! `hotpath` measures each target of issue 26 (pg_lease_queue's hot path) against pgmq in one
@@ -17,12 +18,16 @@
 //! WAL bytes per message end to end, storage per queued message and send → handler latency. It
 //! runs unchanged against any pg_lease_queue version, and adds `ack_and_receive` as a consumer
 //! when the installed version has it.
+//!
+//! `peers` is not part of `all`: it installs pg-boss, Graphile Worker and a Node.js runtime from
+//! the npm registry (and pgmq's SQL from PyPI) at bench time, into `target/bench-cache/`.
 
 mod client;
 mod console;
 mod env;
 mod hotpath;
 mod interleave;
+mod peers;
 mod pgbench;
 mod plan;
 mod plot;
@@ -50,7 +55,7 @@ pub fn err(msg: impl Into<String>) -> BoxError {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Section {
-    /// Every section below.
+    /// Every section below except `peers` (which needs the npm registry at bench time).
     All,
     /// W1: acquire + renew + release in one transaction, vs floor and alternatives.
     Cycle,
@@ -82,6 +87,10 @@ enum Section {
     /// and WAL per message, storage per queued message, send → handler latency (about 6 minutes;
     /// `--hotpath-seconds`).
     Hotpath,
+    /// Per-key ordered (FIFO) throughput among the peers: pg_lease_queue, pgmq's FIFO groups,
+    /// pg-boss (key_strict_fifo) and Graphile Worker (named queues), 64 / 10 000 keys, 1 / 4
+    /// consumers, per-key order verified. Installs the Node peers from npm at bench time.
+    Peers,
 }
 
 #[derive(Parser, Debug)]
@@ -118,7 +127,8 @@ struct Cli {
     /// Queue section: seconds of the bloat run (0: skip it).
     #[arg(long)]
     bloat_seconds: Option<u32>,
-    /// Queue and hot-path sections: the PyPI package `pgmq` whose SQL is installed at bench time.
+    /// Queue, hot-path and peers sections: the PyPI package `pgmq` whose SQL is installed at bench
+    /// time.
     #[arg(long, default_value = "1.1.4")]
     pgmq_version: String,
     /// Hot-path section: seconds of each timed consume and produce run (default 2; 1 with
@@ -136,6 +146,40 @@ struct Cli {
     /// Console section: the concurrent clients of the second run (default 4).
     #[arg(long)]
     console_clients: Option<u32>,
+    /// Peers section: the most seconds each system may drain its backlog (default 10; 3 with
+    /// --quick).
+    #[arg(long)]
+    peers_seconds: Option<u32>,
+    /// Peers section: messages preloaded per run (default 20 000; 5 000 with --quick).
+    #[arg(long)]
+    peers_backlog: Option<u64>,
+    /// Peers section: the systems to run (default: all of lease_queue, pgmq-fifo, pg-boss,
+    /// pg-boss-fetch, graphile-worker).
+    #[arg(long, value_delimiter = ',')]
+    peers_systems: Option<Vec<String>>,
+    /// Peers section: messages per preload call whatever the number of keys (default: the number
+    /// of keys, at most 1000, so that no call carries two messages of one key).
+    #[arg(long)]
+    peers_preload_batch: Option<u32>,
+    /// Peers section: key counts (default 64,10000).
+    #[arg(long, value_delimiter = ',', default_value = "64,10000")]
+    peers_keys: Vec<u32>,
+    /// Peers section: consumer counts (default 1,4).
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    peers_consumers: Vec<u32>,
+    /// Peers section: the npm package pg-boss.
+    #[arg(long, default_value = "12.38.1")]
+    pgboss_version: String,
+    /// Peers section: the npm package graphile-worker.
+    #[arg(long, default_value = "0.18.0")]
+    graphile_version: String,
+    /// Peers section: the npm package pg (node-postgres, Graphile Worker's pool).
+    #[arg(long, default_value = "8.23.1")]
+    node_pg_version: String,
+    /// Peers section: the Node.js runtime, npm package node-linux-<arch> (pg-boss 12 and
+    /// graphile-worker 0.18 need Node 22).
+    #[arg(long, default_value = "22.23.3")]
+    node_version: String,
     /// Exit with status 1 when a checked target is missed (the console section's p95 ≤ 200 ms);
     /// without it the verdicts are reported and the exit status says only whether the run
     /// completed.
@@ -203,6 +247,12 @@ fn run(cli: Cli) -> BoxResult<(PathBuf, bool)> {
     }
     if let Some(n) = cli.console_clients {
         plan.console_clients = n.max(1);
+    }
+    if let Some(s) = cli.peers_seconds {
+        plan.peers_seconds = s.max(1);
+    }
+    if let Some(n) = cli.peers_backlog {
+        plan.peers_backlog = n.max(1);
     }
     let repo = repo_root();
     let out_dir = cli.out.clone().unwrap_or_else(|| {
@@ -338,6 +388,38 @@ fn run(cli: Cli) -> BoxResult<(PathBuf, bool)> {
             let previous = server.is_private().then(|| server.db(server::DB_PREVIOUS));
             rep.renew_many =
                 renew_many::run(&server.db(server::DB_RENEW), previous.as_ref(), &plan).await?;
+        }
+        if cli.section == Section::Peers {
+            eprintln!("[peers] per-key FIFO: lease_queue, pgmq-fifo, pg-boss, graphile-worker");
+            let prefix = if server.is_private() {
+                String::new()
+            } else {
+                format!("b{}_", stamp.to_lowercase())
+            };
+            let opts = peers::PeersOptions {
+                seconds: plan.peers_seconds,
+                backlog: plan.peers_backlog,
+                keys: cli.peers_keys.iter().map(|k| (*k).max(1)).collect(),
+                consumers: cli.peers_consumers.iter().map(|c| (*c).max(1)).collect(),
+                batch: 100,
+                preload_max: 1000,
+                preload_batch: cli.peers_preload_batch,
+                systems: cli.peers_systems.clone().unwrap_or_else(|| {
+                    peers::SYSTEMS
+                        .iter()
+                        .map(|s| s.name().to_string())
+                        .collect()
+                }),
+                pgmq_version: cli.pgmq_version.clone(),
+                node: peers::NodePins {
+                    pg_boss: cli.pgboss_version.clone(),
+                    graphile_worker: cli.graphile_version.clone(),
+                    pg: cli.node_pg_version.clone(),
+                    node: cli.node_version.clone(),
+                },
+            };
+            rep.peers =
+                Some(peers::run(&server.db(server::DB_PEERS), &repo, &opts, &prefix).await?);
         }
         if let Some(bin) = &pglease_bin {
             eprintln!("[console] the operator console at 100 000 leases and 1 000 000 messages");

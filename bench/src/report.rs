@@ -46,7 +46,11 @@ pub struct Report {
     pub queue: Option<crate::queue::QueueResult>,
     pub renew_many: Option<crate::renew_many::RenewManyResult>,
     pub console: Option<crate::console::ConsoleResult>,
+<<<<<<< HEAD
     pub hotpath: Option<crate::hotpath::HotpathResult>,
+=======
+    pub peers: Option<crate::peers::PeersResult>,
+>>>>>>> peers
 }
 
 impl Report {
@@ -91,7 +95,11 @@ impl Report {
             queue: None,
             renew_many: None,
             console: None,
+<<<<<<< HEAD
             hotpath: None,
+=======
+            peers: None,
+>>>>>>> peers
         })
     }
 
@@ -403,8 +411,13 @@ impl Report {
         if let Some(c) = &self.console {
             crate::console::markdown(w, c);
         }
+<<<<<<< HEAD
         if let Some(h) = &self.hotpath {
             crate::hotpath::markdown(w, h);
+=======
+        if let Some(p) = &self.peers {
+            crate::peers::markdown(w, p);
+>>>>>>> peers
         }
         if !plots.is_empty() {
             let _ = writeln!(w, "## Plots\n");

@@ -36,6 +36,9 @@ pub const DB_CONSOLE: &str = "bench_console";
 /// The hot-path section's database: pg_lease, pg_lease_queue and pgmq's SQL, fresh for its
 /// storage measurement.
 pub const DB_HOTPATH: &str = "bench_hotpath";
+/// The peers section's database: pg_lease_queue, pgmq's SQL, and the schemas pg-boss and
+/// Graphile Worker create for themselves (all installed at bench time).
+pub const DB_PEERS: &str = "bench_peers";
 
 pub struct Server {
     pub cluster: Option<Cluster>,
@@ -114,6 +117,7 @@ impl Server {
                 DB_RENEW,
                 DB_CONSOLE,
                 DB_HOTPATH,
+                DB_PEERS,
             ] {
                 c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
                     .await?;
@@ -134,7 +138,7 @@ impl Server {
                 c.batch_execute("CREATE EXTENSION pg_lease").await?;
                 create_baselines(&c).await?;
             }
-            for db in [DB_QUEUE, DB_CONSOLE, DB_HOTPATH] {
+            for db in [DB_QUEUE, DB_CONSOLE, DB_HOTPATH, DB_PEERS] {
                 let mut cfg = self.main.clone();
                 cfg.dbname(db);
                 connect(&cfg, None)

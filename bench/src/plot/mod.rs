@@ -9,6 +9,7 @@ use crate::BoxResult;
 use crate::interleave::GroupResult;
 use crate::report::{Report, TARGETS};
 
+mod bars;
 mod chart;
 mod hotpath;
 
@@ -389,10 +390,89 @@ pub fn all(r: &Report, dir: &Path) -> BoxResult<Vec<Plot>> {
     storm_plots(dir, r, &mut out)?;
     scale_plot(dir, r, &mut out)?;
     queue_plots(dir, r, &mut out)?;
+<<<<<<< HEAD
     if let Some(h) = &r.hotpath {
         hotpath::plot(dir, h, &mut out)?;
     }
+=======
+    peers_plot(dir, r, &mut out)?;
+>>>>>>> peers
     Ok(out)
+}
+
+fn peers_color(name: &str) -> RGBColor {
+    match name {
+        "lease_queue" => RGBColor(204, 37, 41),
+        "pgmq-fifo" => RGBColor(62, 150, 81),
+        "pg-boss" => RGBColor(57, 106, 177),
+        "pg-boss-fetch" => RGBColor(140, 170, 220),
+        "graphile-worker" => RGBColor(218, 124, 48),
+        "graphile-batched" => RGBColor(240, 180, 110),
+        _ => RGBColor(83, 81, 84),
+    }
+}
+
+/// Peers section: consumed messages/s with per-key order, a group of bars per cell (keys ×
+/// consumers), one bar per system; a bar whose run broke per-key order is outlined and starred.
+fn peers_plot(dir: &Path, r: &Report, out: &mut Vec<Plot>) -> BoxResult<()> {
+    let Some(p) = &r.peers else { return Ok(()) };
+    let mut cells: Vec<(u32, u32)> = Vec::new();
+    let mut systems: Vec<String> = Vec::new();
+    for run in &p.runs {
+        if !cells.contains(&(run.keys, run.consumers)) {
+            cells.push((run.keys, run.consumers));
+        }
+        if !systems.contains(&run.system) {
+            systems.push(run.system.clone());
+        }
+    }
+    if cells.is_empty() {
+        return Ok(());
+    }
+    let find = |sys: &str, cell: (u32, u32)| {
+        p.runs
+            .iter()
+            .find(|x| x.system == sys && (x.keys, x.consumers) == cell)
+    };
+    let series = systems
+        .iter()
+        .map(|sys| bars::BarSeries {
+            label: sys.clone(),
+            color: peers_color(sys),
+            values: cells
+                .iter()
+                .map(|&c| find(sys, c).map(|x| x.consumed_per_s))
+                .collect(),
+            flagged: cells
+                .iter()
+                .map(|&c| find(sys, c).is_some_and(|x| x.order.violations > 0))
+                .collect(),
+        })
+        .collect();
+    bars::render(
+        dir,
+        "peers-consumed",
+        &bars::BarChart {
+            title: format!(
+                "Per-key ordered consumption: {} messages, drains of at most {} s",
+                p.options.backlog, p.options.seconds
+            ),
+            y_desc: "messages consumed per second, in per-key order (log)".into(),
+            groups: cells
+                .iter()
+                .map(|&(k, c)| {
+                    format!(
+                        "{} keys, {c} consumer{}",
+                        crate::peers::thousands(f64::from(k)),
+                        if c == 1 { "" } else { "s" }
+                    )
+                })
+                .collect(),
+            series,
+            flag_note: "* broke per-key order in this run (see the table)".into(),
+        },
+        out,
+    )
 }
 
 fn system_color(name: &str) -> RGBColor {
