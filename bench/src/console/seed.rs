@@ -239,7 +239,7 @@ pub async fn seed(db: &Db) -> BoxResult<Seeded> {
             "SELECT (SELECT count(*) FROM lease_queue.messages),
                     (SELECT count(DISTINCT key) FROM lease_queue.messages),
                     (SELECT count(*) FROM lease_queue.dead_letters),
-                    (SELECT count(*) FROM lease_queue.messages WHERE batch_id IS NOT NULL),
+                    (SELECT coalesce(sum(batch_size), 0)::bigint FROM lease_queue.status()),
                     (SELECT count(*) FROM lease.grant_history),
                     (SELECT count(*) FROM lease.leases WHERE key ~ '#[0-9]+$'),
                     pg_total_relation_size('lease.leases'),
