@@ -57,7 +57,6 @@ pub struct Plan {
     pub console_warmup: u32,
     pub console_clients: u32,
     pub console_sql_samples: u32,
-<<<<<<< HEAD
     /// Hot-path section: interleaved rounds and seconds of each timed consume / produce run.
     pub hotpath_rounds: u32,
     pub hotpath_seconds: f64,
@@ -70,11 +69,9 @@ pub struct Plan {
     pub hotpath_cycle_rounds: u32,
     /// send → handler samples per contender and round.
     pub hotpath_latency_samples: u32,
-=======
     /// Peers section: the most seconds of each drain, and the messages preloaded per run.
     pub peers_seconds: u32,
     pub peers_backlog: u64,
->>>>>>> peers
 }
 
 impl Plan {
@@ -118,7 +115,6 @@ impl Plan {
             console_warmup: 10,
             console_clients: 4,
             console_sql_samples: 20,
-<<<<<<< HEAD
             hotpath_rounds: 3,
             hotpath_seconds: 2.0,
             hotpath_backlog: 100_000,
@@ -127,10 +123,8 @@ impl Plan {
             hotpath_cycle_messages_single: 2_000,
             hotpath_cycle_rounds: 2,
             hotpath_latency_samples: 50,
-=======
             peers_seconds: 10,
             peers_backlog: 20_000,
->>>>>>> peers
         }
     }
 
@@ -174,7 +168,6 @@ impl Plan {
             console_warmup: 5,
             console_clients: 4,
             console_sql_samples: 10,
-<<<<<<< HEAD
             hotpath_rounds: 2,
             hotpath_seconds: 1.0,
             hotpath_backlog: 30_000,
@@ -183,10 +176,8 @@ impl Plan {
             hotpath_cycle_messages_single: 500,
             hotpath_cycle_rounds: 1,
             hotpath_latency_samples: 20,
-=======
             peers_seconds: 3,
             peers_backlog: 5_000,
->>>>>>> peers
         }
     }
 }

@@ -46,11 +46,8 @@ pub struct Report {
     pub queue: Option<crate::queue::QueueResult>,
     pub renew_many: Option<crate::renew_many::RenewManyResult>,
     pub console: Option<crate::console::ConsoleResult>,
-<<<<<<< HEAD
     pub hotpath: Option<crate::hotpath::HotpathResult>,
-=======
     pub peers: Option<crate::peers::PeersResult>,
->>>>>>> peers
 }
 
 impl Report {
@@ -95,11 +92,8 @@ impl Report {
             queue: None,
             renew_many: None,
             console: None,
-<<<<<<< HEAD
             hotpath: None,
-=======
             peers: None,
->>>>>>> peers
         })
     }
 
@@ -411,13 +405,11 @@ impl Report {
         if let Some(c) = &self.console {
             crate::console::markdown(w, c);
         }
-<<<<<<< HEAD
         if let Some(h) = &self.hotpath {
             crate::hotpath::markdown(w, h);
-=======
+        }
         if let Some(p) = &self.peers {
             crate::peers::markdown(w, p);
->>>>>>> peers
         }
         if !plots.is_empty() {
             let _ = writeln!(w, "## Plots\n");

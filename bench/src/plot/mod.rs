@@ -390,13 +390,10 @@ pub fn all(r: &Report, dir: &Path) -> BoxResult<Vec<Plot>> {
     storm_plots(dir, r, &mut out)?;
     scale_plot(dir, r, &mut out)?;
     queue_plots(dir, r, &mut out)?;
-<<<<<<< HEAD
     if let Some(h) = &r.hotpath {
         hotpath::plot(dir, h, &mut out)?;
     }
-=======
     peers_plot(dir, r, &mut out)?;
->>>>>>> peers
     Ok(out)
 }
 

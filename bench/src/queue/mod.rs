@@ -20,11 +20,7 @@
 //!   pg_stat_user_tables sampled every second, autovacuum on.
 
 mod bloat;
-<<<<<<< HEAD
 pub(crate) mod latency;
-=======
-mod latency;
->>>>>>> peers
 pub(crate) mod pgmq;
 mod report;
 pub(crate) mod system;

@@ -63,11 +63,7 @@ impl System {
     }
 }
 
-<<<<<<< HEAD
 pub(crate) const LQ_SEND: &str = "SELECT lease_queue.send($1::text, $2::text, $3::text::jsonb)";
-=======
-pub(super) const LQ_SEND: &str = "SELECT lease_queue.send($1::text, $2::text, $3::text::jsonb)";
->>>>>>> peers
 pub(crate) const LQ_SEND_BATCH: &str =
     "SELECT count(*) FROM lease_queue.send_batch($1::text, $2::text[], $3::text[]::jsonb[])";
 pub(crate) const LQ_CLAIM: &str = "SELECT claimed, epoch FROM lease_queue.claim($1::text, $2::int, $3::text, \
