@@ -162,6 +162,15 @@ fn classify(e: &tokio_postgres::Error) -> Fail {
     match e.code().map(|c| c.code()) {
         // admin_shutdown (pg_terminate_backend), crash_shutdown, cannot_connect_now, class 08.
         Some(c) if !matches!(c, "57P01" | "57P02" | "57P03") && !c.starts_with("08") => {
+            // A deadlock's DETAIL names both sides' statements: kept in the test's output (shown
+            // when it fails), so that an unexpected one can be traced to its partner.
+            if let (Some(db), "40P01") = (e.as_db_error(), c) {
+                eprintln!(
+                    "history: 40P01: {}; {}",
+                    db.message(),
+                    db.detail().unwrap_or("")
+                );
+            }
             Fail::Sql(c.to_string())
         }
         _ => Fail::Conn,
