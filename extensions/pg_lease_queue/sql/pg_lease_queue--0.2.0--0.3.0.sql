@@ -1191,10 +1191,11 @@ $$;
 -- The holder, epoch, expiry and the batch's id and epoch only for a role that may consume the queue
 -- (NULL for others); the counts, times and sizes for every role that may call it.
 -- Cost: one index-only pass over the selected queues' entries in messages_by_key (keyed messages)
--- and messages_unkeyed_due (unkeyed ones outside open batches); per partition an index-only search
--- of messages_by_key for the key of the first keyed message, in key order, which stops at the
--- first match (at most one more pass over the partition's entries); index probes for the rest (the
--- open batch, the first messages' rows, the held-back keys); one pass over the queues' dead letters.
+-- and messages_unkeyed_due (unkeyed ones); per partition an index-only search of messages_by_key
+-- for the key of the first keyed message, in key order, which stops at the first match (at most one
+-- more pass over the partition's entries); the open batch's size from the partition's row; index
+-- probes for the rest (the first messages' rows, the held-back keys); one pass over the queues'
+-- dead letters.
 -- Never a read of every message row: its statements are planned without sequential or bitmap heap
 -- scans. (Entries on pages that vacuum has not yet marked all-visible are checked in the heap, as in
 -- any index-only scan.) Of equal lowest positions (possible after a redrive) the first key counts.
