@@ -609,6 +609,9 @@ type Delivery = (i64, i64, Option<String>, String, i32);
 const RECEIVE: &str = "SELECT d.batch_id, d.id, d.key, d.payload::pg_catalog.text, d.attempts \
      FROM lease_queue.receive($1::pg_catalog.text, $2::pg_catalog.int4, $3::pg_catalog.text, \
                               $4::pg_catalog.int8, $5::pg_catalog.int4) AS d";
+const ACK_AND_RECEIVE: &str = "SELECT d.batch_id, d.id, d.key, d.payload::pg_catalog.text, \
+     d.attempts FROM lease_queue.ack_and_receive($1::pg_catalog.text, $2::pg_catalog.int4, \
+     $3::pg_catalog.text, $4::pg_catalog.int8, $5::pg_catalog.int8, $6::pg_catalog.int4) AS d";
 const SEND: &str = "SELECT lease_queue.send($1::pg_catalog.text, $2::pg_catalog.text, \
      $3::pg_catalog.text::pg_catalog.jsonb, $4::pg_catalog.text::pg_catalog.interval)";
 const ACK: &str = "SELECT lease_queue.ack($1::pg_catalog.text, $2::pg_catalog.int4, \
@@ -630,6 +633,25 @@ async fn receive(c: &Client, q: &str, partition: i32, owner: &str, epoch: i64) -
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
         .collect()
+}
+
+async fn ack_and_receive(
+    c: &Client,
+    q: &str,
+    partition: i32,
+    owner: &str,
+    epoch: i64,
+    batch: i64,
+) -> Vec<Delivery> {
+    c.query(
+        ACK_AND_RECEIVE,
+        &[&q, &partition, &owner, &epoch, &batch, &100i32],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("ack_and_receive({q}, {partition}, {owner}, {epoch}, {batch}): {e}"))
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+    .collect()
 }
 
 async fn send(c: &Client, q: &str, key: Option<&str>, payload: &str, delay: &str) -> i64 {
@@ -824,7 +846,15 @@ pub(crate) async fn exercise_queue_api(app: &Client, admin: &Client, p: &str) {
     );
     ack(app, &qa, 0, "c", 1, b1).await;
     ack(app, &qa, 0, "c", 1, b1).await;
-    let (got, b2) = payloads(&receive(app, &qa, 0, "c", 1).await);
+    // ack_and_receive (0.3.0), a third ack of the same batch: acks nothing more and opens the
+    // next batch, which receive then returns again.
+    let next = ack_and_receive(app, &qa, 0, "c", 1, b1).await;
+    let again = receive(app, &qa, 0, "c", 1).await;
+    assert_eq!(
+        again, next,
+        "ack_and_receive opened the batch receive returns"
+    );
+    let (got, b2) = payloads(&again);
     assert_eq!(
         got,
         delivered(&[("2", 2)]),
