@@ -15,7 +15,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`crate::inspect`], plus pool errors ([`Error::is_connection`], [`Error::is_closed`]).
+    /// As [`crate::inspect`], plus pool errors ([`Error::is_connection`](crate::Error::is_connection), [`Error::is_closed`](crate::Error::is_closed)).
     ///
     /// # Cancel safety
     ///
@@ -42,7 +42,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`crate::history`], plus pool errors ([`Error::is_connection`], [`Error::is_closed`]).
+    /// As [`crate::history`], plus pool errors ([`Error::is_connection`](crate::Error::is_connection), [`Error::is_closed`](crate::Error::is_closed)).
     ///
     /// # Cancel safety
     ///
@@ -100,7 +100,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`crate::browse`], plus pool errors ([`Error::is_connection`], [`Error::is_closed`]).
+    /// As [`crate::browse`], plus pool errors ([`Error::is_connection`](crate::Error::is_connection), [`Error::is_closed`](crate::Error::is_closed)).
     ///
     /// # Cancel safety
     ///
@@ -130,7 +130,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`crate::summary`], plus pool errors ([`Error::is_connection`], [`Error::is_closed`]).
+    /// As [`crate::summary`], plus pool errors ([`Error::is_connection`](crate::Error::is_connection), [`Error::is_closed`](crate::Error::is_closed)).
     ///
     /// # Cancel safety
     ///
