@@ -1300,7 +1300,7 @@ const REFUSED_IN_SCHEMA: &[&str] = &[
     "UPDATE lease_queue.partitions SET acked = 0",
     "DROP INDEX lease_queue.messages_held_back",
     "SELECT lease_queue._queue('f', 'q')",
-    "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'], NULL)",
+    "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'])",
     "SELECT * FROM lease_queue._open_batch(NULL::lease_queue.partitions, 1, 'w', 1, 1)",
     "SELECT * FROM lease_queue._close_batch('f', 'q', NULL::lease_queue.partitions, 1, 1)",
     "SELECT lease_queue._heartbeat('f', NULL::lease_queue.partitions, 'k', 'w', 1)",

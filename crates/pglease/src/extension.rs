@@ -154,7 +154,7 @@ pub const PG_LEASE: Extension = Extension {
 pub const PG_LEASE_QUEUE: Extension = Extension {
     name: "pg_lease_queue",
     schema: "lease_queue",
-    version: "0.3.0",
+    version: "0.3.1",
     control: include_str!("../extensions/pg_lease_queue/pg_lease_queue.control"),
     requires: &[&PG_LEASE],
     lock_key: i64::from_be_bytes(*b"pglqueue"),
@@ -190,10 +190,18 @@ pub const PG_LEASE_QUEUE: Extension = Extension {
             ),
         },
         Migration {
+            from: Some("0.3.0"),
+            to: "0.3.1",
+            file: "pg_lease_queue--0.3.0--0.3.1.sql",
+            script: include_str!(
+                "../extensions/pg_lease_queue/sql/pg_lease_queue--0.3.0--0.3.1.sql"
+            ),
+        },
+        Migration {
             from: None,
-            to: "0.3.0",
-            file: "pg_lease_queue--0.3.0.sql",
-            script: include_str!("../extensions/pg_lease_queue/sql/pg_lease_queue--0.3.0.sql"),
+            to: "0.3.1",
+            file: "pg_lease_queue--0.3.1.sql",
+            script: include_str!("../extensions/pg_lease_queue/sql/pg_lease_queue--0.3.1.sql"),
         },
     ],
 };
@@ -553,23 +561,27 @@ mod tests {
                 .steps_after(v)
                 .map(|s| s.iter().map(|m| m.file).collect())
         };
-        assert_eq!(files(None).unwrap(), ["pg_lease_queue--0.3.0.sql"]);
+        assert_eq!(files(None).unwrap(), ["pg_lease_queue--0.3.1.sql"]);
         assert!(files(Some(PG_LEASE_QUEUE.version)).unwrap().is_empty());
         assert_eq!(
             files(Some("0.1.0")).unwrap(),
             [
                 "pg_lease_queue--0.1.0--0.1.1.sql",
                 "pg_lease_queue--0.1.1--0.2.0.sql",
-                "pg_lease_queue--0.2.0--0.3.0.sql"
+                "pg_lease_queue--0.2.0--0.3.0.sql",
+                "pg_lease_queue--0.3.0--0.3.1.sql"
             ]
         );
         assert_eq!(
             files(Some("0.2.0")).unwrap(),
-            ["pg_lease_queue--0.2.0--0.3.0.sql"]
+            [
+                "pg_lease_queue--0.2.0--0.3.0.sql",
+                "pg_lease_queue--0.3.0--0.3.1.sql"
+            ]
         );
         assert_eq!(
             PG_LEASE_QUEUE.versions(),
-            ["0.1.0", "0.1.1", "0.2.0", "0.3.0"]
+            ["0.1.0", "0.1.1", "0.2.0", "0.3.0", "0.3.1"]
         );
     }
 

@@ -197,8 +197,14 @@ CREATE INDEX messages_held_back ON lease_queue.messages (qid, partition, key)
 
 -- One row per key that has messages (created by the first commit of a message of the key, deleted
 -- when its last message is acked or dead-lettered). Its row lock orders the commits of the key.
---   ready_at   when the key's head becomes deliverable; NULL while a message of the key is in the
---              partition's open batch (the batch's messages of a key are always a prefix of the key)
+--   ready_at   when the key's head becomes deliverable (its deliver_at), as of the key's last
+--              refresh: a delivery leaves it as it is (since 0.3.1), so while a message of the key
+--              is in the partition's open batch (the batch's messages of a key are always a prefix
+--              of the key, and the batch's keys are the partition's batch_keys) it is the due time
+--              of that message; the batch's close sets it again. receive reads it only when no
+--              batch is open; next_due leaves the open batch's keys out. (0.3.0 set it NULL at
+--              each delivery: an update of an indexed column, so a key row and two index entries
+--              written per key delivered.)
 --   last_seq   at least the highest position of the key's committed messages: a committing
 --              transaction whose messages of the key all lie above it keeps their positions
 -- A commit of a message of an existing key locks the row with an update of last_seq (not indexed):
@@ -649,14 +655,16 @@ $$;
 
 -- Bring the key rows of `keys` (of one partition) up to date with their messages: lock them in key
 -- order first (so that a producer committing a message of one of them has committed, and is seen by
--- the next statement, or has not started its commit), then set ready_at from each key's head (NULL
--- if the head is in the open batch, whose ids are `batch`) or delete the row if the key has no
--- committed message left. The calling transaction's own uncommitted messages (its commit mark) are
--- not the key's yet: they are left out.
-CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[], batch bigint[])
+-- the next statement, or has not started its commit), then set ready_at to each key's head's due
+-- time, or delete the row if the key has no committed message left; a row already right is not
+-- written. The calling transaction's own uncommitted messages (its commit mark) are not the key's
+-- yet: they are left out. Generic plans: a custom plan per call for `key = ANY (...)` cost more
+-- than the statement (the plan does not depend on the array's length).
+CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_key text COLLATE "C";
@@ -688,10 +696,9 @@ BEGIN
             DELETE FROM lease_queue.keys AS k WHERE k.qid = _refresh_keys.qid AND k.key = v_key;
         ELSE
             UPDATE lease_queue.keys AS k
-               SET ready_at = CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END
+               SET ready_at = v_deliver_at
              WHERE k.qid = _refresh_keys.qid AND k.key = v_key
-               AND k.ready_at IS DISTINCT FROM
-                   CASE WHEN v_id = ANY (_refresh_keys.batch) THEN NULL ELSE v_deliver_at END;
+               AND k.ready_at IS DISTINCT FROM v_deliver_at;
         END IF;
     END LOOP;
 END
@@ -733,19 +740,22 @@ $$;
 --   * otherwise (a transaction that sent later committed first) the key's messages of this
 --     transaction get new positions from lease_queue.message_ids, in their order, above every
 --     position taken so far, and last_seq the highest of them.
--- Either way, for one key, position order is commit order. Without JIT compilation: the planner
--- cannot size the range join of the first statement (it guesses millions of rows where there is a
--- transaction's worth), and compiling that plan took ~25 ms per commit.
+-- Either way, for one key, position order is commit order. Without JIT compilation (compiling a
+-- plan whose size the planner misjudged took ~25 ms per commit) and with generic plans (the
+-- statements find rows through arrays, whatever their length: planning them again at each commit
+-- cost more than running them).
 CREATE FUNCTION lease_queue._stamp_commit_order()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_ranges pg_catalog.int8multirange;
     v_ids bigint[];
+    v_first jsonb;
     v_renumber bigint[];
     v_qids bigint[];
     v_keys text[];
@@ -759,6 +769,17 @@ BEGIN
     -- scan of the primary key whatever the plan cached for the function.
     v_ids := ARRAY(SELECT pg_catalog.generate_series(pg_catalog.lower(r.ids), pg_catalog.upper(r.ids) - 1)
                      FROM pg_catalog.unnest(v_ranges) AS r(ids));
+    -- Per key ("qid key"), the lowest position of this transaction's messages: looked up by the
+    -- update of an existing key row below (a jsonb object is searched by key, so the statement costs
+    -- O(keys log keys); a correlated scan of the CTE cost O(keys^2): 7 s for 10 000 keys).
+    SELECT pg_catalog.jsonb_object_agg(f.qk, f.first_seq) INTO v_first
+      FROM (SELECT m.qid::text || ' ' || m.key AS qk, pg_catalog.min(m.seq) AS first_seq
+              FROM lease_queue.messages AS m
+             WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+             GROUP BY m.qid, m.key) AS f;
+    IF v_first IS NULL THEN
+        RETURN NULL;
+    END IF;
     -- This transaction's keyed messages (those of a rolled-back subtransaction are not visible);
     -- per key its lowest and highest position, the first one's due time (the ready_at of a new key
     -- row) and its ids in position order.
@@ -776,8 +797,7 @@ BEGIN
           FROM mine
          ORDER BY mine.qid, mine.key
         ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
-           SET last_seq = CASE WHEN k.last_seq < (SELECT x.first_seq FROM mine AS x
-                                                   WHERE x.qid = k.qid AND x.key = k.key)
+           SET last_seq = CASE WHEN k.last_seq < (v_first ->> (k.qid::text || ' ' || k.key))::bigint
                                THEN EXCLUDED.last_seq ELSE k.last_seq END
         RETURNING k.qid, k.key, k.last_seq
     )
@@ -1372,6 +1392,7 @@ CREATE FUNCTION lease_queue._close_batch(fn text, queue text, p lease_queue.part
 RETURNS lease_queue.partitions
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_acked bigint;
@@ -1397,7 +1418,7 @@ BEGIN
            last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
      WHERE t.qid = p.qid AND t.partition = p.partition;
     -- Every key the batch held, also those its nacks sent back: one pass, in key order.
-    PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+    PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
     p.batch_id := NULL;
     p.batch_epoch := NULL;
     p.batch_owner := NULL;
@@ -1419,6 +1440,7 @@ CREATE FUNCTION lease_queue._open_batch(p lease_queue.partitions, max_attempts i
 RETURNS SETOF lease_queue.delivery
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 ROWS 100
 AS $$
 DECLARE
@@ -1459,14 +1481,14 @@ BEGIN
                    SET batch_epoch = _open_batch.epoch, batch_owner = _open_batch.owner, batch_ids = v_ids
                  WHERE t.qid = p.qid AND t.partition = p.partition;
                 p.batch_ids := v_ids;
-                PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys, v_ids);
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys);
             ELSE
                 -- Every message of the batch was dead-lettered (or sent back by nacks): it is over.
                 UPDATE lease_queue.partitions AS t
                    SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
                        batch_keys = NULL, batch_ids = NULL
                  WHERE t.qid = p.qid AND t.partition = p.partition;
-                PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
                 p.batch_id := NULL;
             END IF;
         END IF;
@@ -1484,9 +1506,9 @@ BEGIN
     -- A new batch. The due keys and unkeyed messages, oldest first. A key's row is locked when the
     -- batch comes to it, before its messages are read; a key whose row a producer holds at this
     -- moment (committing) is skipped, not waited for: receive never waits for a producer, and
-    -- delivering a key later is always safe. Only the keys visited are locked and brought up to
-    -- date: the cost follows the batch, not the number of due keys. The calling transaction's own
-    -- uncommitted messages are not delivered.
+    -- delivering a key later is always safe. Only the keys visited are locked, and only those not
+    -- taken brought up to date: the cost follows the batch, not the number of due keys. The calling
+    -- transaction's own uncommitted messages are not delivered.
     v_now := pg_catalog.clock_timestamp();
     v_left := _open_batch.max;
     v_ids := '{}';
@@ -1565,7 +1587,13 @@ BEGIN
                batch_ids = v_ids
          WHERE t.qid = p.qid AND t.partition = p.partition;
     END IF;
-    PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys, v_ids);
+    -- The keys visited and not taken (their head was not due, dead-lettered, or gone) are brought
+    -- up to date; a key taken keeps its row as it is (its ready_at, the due time of the head now in
+    -- the batch, is set again when the batch closes): a delivery writes no key row.
+    IF pg_catalog.cardinality(v_keys) > pg_catalog.cardinality(v_taken) THEN
+        PERFORM lease_queue._refresh_keys(p.qid, p.partition,
+            ARRAY(SELECT x FROM pg_catalog.unnest(v_keys) AS x WHERE x <> ALL (v_taken)));
+    END IF;
 
     IF v_batch IS NOT NULL THEN
         RETURN QUERY
@@ -1872,7 +1900,7 @@ BEGIN
            SET attempts = b.attempts + 1, epoch = p.batch_epoch, last_batch_id = p.batch_id
          WHERE b.id = ANY (p.batch_ids);
         GET DIAGNOSTICS v_abandoned = ROW_COUNT;
-        PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys, NULL);
+        PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
     END IF;
 
     SELECT lease.release(v_key, release.owner, release.epoch) INTO v_status;
@@ -1907,7 +1935,7 @@ DECLARE
     q record;
     v_partition integer;
     v_head bigint;
-    v_ready timestamptz;
+    v_part lease_queue.partitions;
     v_now timestamptz;
     v_count bigint;
     v_key text COLLATE "C" := redrive.key;
@@ -1940,19 +1968,18 @@ BEGIN
     END IF;
 
     v_partition := lease_queue.partition_of(redrive.key, q.partitions);
-    PERFORM lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition, NULL);
-    INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
-    VALUES (q.qid, v_key, v_partition, v_now)
-    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
-    SELECT k.ready_at INTO v_ready
-      FROM lease_queue.keys AS k WHERE k.qid = q.qid AND k.key = v_key FOR NO KEY UPDATE;
-    IF v_ready IS NULL THEN
+    v_part := lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition, NULL);
+    IF v_key = ANY (v_part.batch_keys) THEN
         RAISE EXCEPTION USING
             ERRCODE = '55006',
             MESSAGE = 'lease_queue.redrive: key ' || pg_catalog.quote_literal(redrive.key)
                       || ' has messages in an open batch',
             HINT    = 'Redrive after the batch is acked.';
     END IF;
+    INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
+    VALUES (q.qid, v_key, v_partition, v_now)
+    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+    PERFORM FROM lease_queue.keys AS k WHERE k.qid = q.qid AND k.key = v_key FOR NO KEY UPDATE;
     SELECT pg_catalog.min(m.seq) INTO v_head
       FROM lease_queue.messages AS m
      WHERE m.qid = q.qid AND m.partition = v_partition AND m.key = v_key;
@@ -1973,9 +2000,7 @@ BEGIN
     -- still bounds the key's positions from above.
     UPDATE lease_queue.keys AS k SET last_seq = GREATEST(k.last_seq, v_head - 1)
      WHERE k.qid = q.qid AND k.key = v_key AND k.last_seq < v_head - 1;
-    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[v_key],
-        (SELECT t.batch_ids FROM lease_queue.partitions AS t
-          WHERE t.qid = q.qid AND t.partition = v_partition));
+    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[v_key]);
     IF q.notify AND v_count > 0 THEN
         PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || v_partition);
     END IF;
@@ -2082,6 +2107,8 @@ BEGIN
     RETURN LEAST(
         (SELECT k.ready_at FROM lease_queue.keys AS k
           WHERE k.qid = q.qid AND k.partition = next_due.partition AND k.ready_at IS NOT NULL
+            AND k.key <> ALL (COALESCE((SELECT t.batch_keys FROM lease_queue.partitions AS t
+                                         WHERE t.qid = q.qid AND t.partition = next_due.partition), '{}'))
           ORDER BY k.ready_at LIMIT 1),
         (SELECT m.deliver_at FROM lease_queue.messages AS m
           WHERE m.qid = q.qid AND m.partition = next_due.partition AND m.key IS NULL
@@ -2267,7 +2294,7 @@ CREATE FUNCTION lease_queue.version()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.3.0'::text $$;
+AS $$ SELECT '0.3.1'::text $$;
 
 -- ---------------------------------------------------------------------------------------------------
 -- Privileges of the functions. Internal helpers: no one but the owner. Administration: the installing
@@ -2286,7 +2313,7 @@ REVOKE ALL ON FUNCTION lease_queue._queue_for(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._may(bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._raise_not_granted(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._raise_fenced(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._heartbeat(text, lease_queue.partitions, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._close_batch(text, text, lease_queue.partitions, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._open_batch(lease_queue.partitions, integer, text, bigint, integer) FROM PUBLIC;

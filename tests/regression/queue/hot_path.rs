@@ -76,7 +76,8 @@ async fn positions(su: &Client, ids: &[i64]) -> Vec<i64> {
 }
 
 #[tokio::test]
-async fn a_commit_in_send_order_and_a_delivery_write_no_message_row_and_an_ack_only_deletes() {
+async fn a_commit_in_send_order_and_a_delivery_write_no_message_or_key_row_and_an_ack_only_deletes()
+{
     let f = Fixture::new("hot_path_row_writes", 1, 10).await;
     let su = &f.su;
     // A batch of keyed and unkeyed messages, its commit order settled at once (the trigger fires
@@ -105,7 +106,10 @@ async fn a_commit_in_send_order_and_a_delivery_write_no_message_row_and_an_ack_o
 
     let e = f.claim(0, "w").await;
     su.batch_execute("BEGIN").await.unwrap();
-    let messages = Writes::from_now(su, "lease_queue.messages").await;
+    let (messages, keys) = (
+        Writes::from_now(su, "lease_queue.messages").await,
+        Writes::from_now(su, "lease_queue.keys").await,
+    );
     let batch = super::receive(su, &f.q, 0, "w", e, 10).await;
     assert_eq!(labels(&batch), ["a1", "a2", "b1", "c1", "u1"]);
     assert!(batch.iter().all(|d| d.attempts == 1), "{batch:?}");
@@ -114,15 +118,28 @@ async fn a_commit_in_send_order_and_a_delivery_write_no_message_row_and_an_ack_o
         (0, 0, 0),
         "a delivery writes no message row"
     );
+    assert_eq!(
+        keys.since(su).await,
+        (0, 0, 0),
+        "a delivery writes no key row (0.3.1)"
+    );
     su.batch_execute("COMMIT").await.unwrap();
 
     su.batch_execute("BEGIN").await.unwrap();
-    let messages = Writes::from_now(su, "lease_queue.messages").await;
+    let (messages, keys) = (
+        Writes::from_now(su, "lease_queue.messages").await,
+        Writes::from_now(su, "lease_queue.keys").await,
+    );
     super::ack(su, &f.q, 0, "w", e, batch_id(&batch)).await;
     assert_eq!(
         messages.since(su).await,
         (0, 0, 5),
         "an ack deletes the batch's rows and writes nothing else of them"
+    );
+    assert_eq!(
+        keys.since(su).await,
+        (0, 0, 3),
+        "the keys the batch emptied go; nothing else of them is written"
     );
     su.batch_execute("COMMIT").await.unwrap();
     assert_eq!(status(&f.app, &f.q).await[0].acked, 5);
@@ -292,4 +309,58 @@ async fn an_heir_gets_the_batch_again_with_its_attempt_counted_when_the_delivery
         let got: (i32, i64, i64) = (r.get(0), r.get(1), r.get(2));
         assert_eq!(got, (1, e, batch_id(&batch)));
     }
+}
+
+/// The commit trigger looks up each key's lowest position of the transaction by queue and key:
+/// the same key in two queues, and keys that contain spaces, are told apart. Only the key of the
+/// queue where a later-sent message committed first is renumbered.
+#[tokio::test]
+async fn the_commit_order_of_a_key_is_settled_per_queue_and_key_whatever_the_keys_characters() {
+    let f = Fixture::new("hot_path_per_queue_key", 1, 10).await;
+    let g = Fixture::new("hot_path_per_queue_key_2", 1, 10).await;
+    let keys = [
+        (&f.q, "k"),
+        (&g.q, "k"),
+        (&f.q, "k k"),
+        (&f.q, "1 k"),
+        (&g.q, "k k"),
+    ];
+    // Every key has a message already: each commit below updates an existing key row.
+    for (q, key) in keys {
+        super::send(&f.app, q, Some(key), &format!("first {key}"), "0").await;
+    }
+    let early = f.another_app().await;
+    early.batch_execute("BEGIN").await.unwrap();
+    let mut sent = Vec::new();
+    for (q, key) in keys {
+        sent.push(super::send(&early, q, Some(key), &format!("early {key}"), "0").await);
+    }
+    // Committed first, sent later: key "k k" of the first queue only.
+    let later = f.send(Some("k k"), "later k k").await;
+    early.batch_execute("COMMIT").await.unwrap();
+    let p = positions(&f.su, &sent).await;
+    assert_eq!(
+        [p[0], p[1], p[3], p[4]],
+        [sent[0], sent[1], sent[3], sent[4]],
+        "the keys nothing overtook keep their ids as positions"
+    );
+    assert!(
+        p[2] > later,
+        "'k k' of the first queue renumbered after the later commit"
+    );
+
+    let e = f.claim(0, "w").await;
+    let batch = f.receive(0, "w", e, 10).await;
+    let kk: Vec<&str> = batch
+        .iter()
+        .filter(|d| d.key.as_deref() == Some("k k"))
+        .map(|d| d.label.as_str())
+        .collect();
+    assert_eq!(kk, ["first k k", "later k k", "early k k"], "commit order");
+    let e = g.claim(0, "w").await;
+    assert_eq!(
+        labels(&g.receive(0, "w", e, 10).await),
+        ["first k", "early k", "first k k", "early k k"],
+        "the second queue's keys, in send order"
+    );
 }

@@ -120,7 +120,7 @@ async fn no_internal_helper_is_executable_by_the_application_role_or_public() {
         "SELECT lease_queue._valid_name('q')",
         "SELECT lease_queue._queue('f', 'q')",
         "SELECT lease_queue._raise_invalid_input('f', ARRAY['x'])",
-        "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'], NULL)",
+        "SELECT lease_queue._refresh_keys(1, 0, ARRAY['k'])",
         "SELECT * FROM lease_queue._open_batch(NULL::lease_queue.partitions, 1, 'w', 1, 1)",
         "SELECT * FROM lease_queue._close_batch('f', 'q', NULL::lease_queue.partitions, 1, 1)",
         "SELECT lease_queue._heartbeat('f', NULL::lease_queue.partitions, 'k', 'w', 1)",

@@ -1,0 +1,614 @@
+-- pg_lease_queue 0.3.0 -> 0.3.1: a delivery writes no key row (issue 26, consuming one message at a
+-- time). No change to the API or to any behaviour a caller can see (docs/QUEUE.md).
+--
+-- Changed:
+--   * receive (and ack_and_receive) leaves the row of each key it delivers as it is: the key's
+--     ready_at keeps the due time of its head, now in the open batch, instead of becoming NULL (an
+--     update of an indexed column: a key row and two index entries per key delivered). receive
+--     reads ready_at only when no batch is open, and the close of the batch sets it again;
+--     next_due leaves the open batch's keys out, and redrive finds a key in the open batch from
+--     the partition's batch_keys. Keys visited but not taken are brought up to date as before.
+--   * The internal functions that find rows by `= ANY (array)` use generic plans
+--     (plan_cache_mode = force_generic_plan): they were planned again at every call (the commit
+--     trigger's main statement took 107 us to plan and 30 us to run for a send).
+--   * The commit trigger finds a key's lowest position of the transaction through a jsonb object,
+--     not a correlated scan of its list of keys: a send_batch of 10 000 messages over 10 000 keys
+--     with messages pending took 7 s to commit (O(keys^2)), now O(keys log keys).
+-- Removed (internal): lease_queue._refresh_keys(bigint, integer, text[], bigint[]), replaced by
+--          lease_queue._refresh_keys(bigint, integer, text[]).
+-- Upgrade: re-creates the functions named above; no table changes. A key of a batch open at the
+-- update keeps ready_at NULL until that batch closes, which was and stays correct.
+
+\echo Use "ALTER EXTENSION pg_lease_queue UPDATE TO '0.3.1'" to load this file. \quit
+
+DROP FUNCTION lease_queue._refresh_keys(bigint, integer, text[], bigint[]);
+
+-- Bring the key rows of `keys` (of one partition) up to date with their messages: lock them in key
+-- order first (so that a producer committing a message of one of them has committed, and is seen by
+-- the next statement, or has not started its commit), then set ready_at to each key's head's due
+-- time, or delete the row if the key has no committed message left; a row already right is not
+-- written. The calling transaction's own uncommitted messages (its commit mark) are not the key's
+-- yet: they are left out. Generic plans: a custom plan per call for `key = ANY (...)` cost more
+-- than the statement (the plan does not depend on the array's length).
+CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_key text COLLATE "C";
+    v_id bigint;
+    v_deliver_at timestamptz;
+    v_own pg_catalog.int8multirange;
+BEGIN
+    IF keys IS NULL OR pg_catalog.cardinality(keys) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM FROM lease_queue.keys AS k
+      WHERE k.qid = _refresh_keys.qid
+        AND k.key = ANY (_refresh_keys.keys::text[] COLLATE "C")
+      ORDER BY k.key
+        FOR NO KEY UPDATE;
+    SELECT c.ids INTO v_own
+      FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current_if_assigned();
+    -- One key at a time, through the primary key and the key's index: the cost is the number of
+    -- keys, never the size of the tables.
+    FOREACH v_key IN ARRAY keys LOOP
+        SELECT m.id, m.deliver_at INTO v_id, v_deliver_at
+          FROM lease_queue.messages AS m
+         WHERE m.qid = _refresh_keys.qid AND m.partition = _refresh_keys.partition
+           AND m.key = v_key
+           AND (v_own IS NULL OR NOT m.id OPERATOR(pg_catalog.<@) v_own)
+         ORDER BY m.seq
+         LIMIT 1;
+        IF NOT FOUND THEN
+            DELETE FROM lease_queue.keys AS k WHERE k.qid = _refresh_keys.qid AND k.key = v_key;
+        ELSE
+            UPDATE lease_queue.keys AS k
+               SET ready_at = v_deliver_at
+             WHERE k.qid = _refresh_keys.qid AND k.key = v_key
+               AND k.ready_at IS DISTINCT FROM v_deliver_at;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The commit order: a deferred constraint trigger on lease_queue.commit_marks, whose row for the
+-- transaction the first keyed send inserts (later sends add their ids to it). It runs in the
+-- committing transaction's pre-commit phase (under SET CONSTRAINTS ... IMMEDIATE: at the end of that
+-- send's statement; the next send then marks the transaction again). It deletes the mark and, in
+-- one statement for every key of the transaction, in key order, takes each key's row lock (creating
+-- the row for a new key). The lock is held until the commit, so a second transaction committing
+-- messages of the same key waits here until the first has committed. Under the lock:
+--   * if every message of the key in this transaction has a position (its id, from send) above the
+--     key's last_seq, the positions stand and last_seq becomes their highest: one update of the
+--     key's row and no write of a message (the usual case: transactions commit in the order they
+--     sent);
+--   * otherwise (a transaction that sent later committed first) the key's messages of this
+--     transaction get new positions from lease_queue.message_ids, in their order, above every
+--     position taken so far, and last_seq the highest of them.
+-- Either way, for one key, position order is commit order. Without JIT compilation (compiling a
+-- plan whose size the planner misjudged took ~25 ms per commit) and with generic plans (the
+-- statements find rows through arrays, whatever their length: planning them again at each commit
+-- cost more than running them).
+CREATE OR REPLACE FUNCTION lease_queue._stamp_commit_order()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_ranges pg_catalog.int8multirange;
+    v_ids bigint[];
+    v_first jsonb;
+    v_renumber bigint[];
+    v_qids bigint[];
+    v_keys text[];
+BEGIN
+    DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current()
+    RETURNING c.ids INTO v_ranges;
+    IF v_ranges IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The ids as an array: every statement below finds its messages by `id = ANY (...)`, an index
+    -- scan of the primary key whatever the plan cached for the function.
+    v_ids := ARRAY(SELECT pg_catalog.generate_series(pg_catalog.lower(r.ids), pg_catalog.upper(r.ids) - 1)
+                     FROM pg_catalog.unnest(v_ranges) AS r(ids));
+    -- Per key ("qid key"), the lowest position of this transaction's messages: looked up by the
+    -- update of an existing key row below (a jsonb object is searched by key, so the statement costs
+    -- O(keys log keys); a correlated scan of the CTE cost O(keys^2): 7 s for 10 000 keys).
+    SELECT pg_catalog.jsonb_object_agg(f.qk, f.first_seq) INTO v_first
+      FROM (SELECT m.qid::text || ' ' || m.key AS qk, pg_catalog.min(m.seq) AS first_seq
+              FROM lease_queue.messages AS m
+             WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+             GROUP BY m.qid, m.key) AS f;
+    IF v_first IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- This transaction's keyed messages (those of a rolled-back subtransaction are not visible);
+    -- per key its lowest and highest position, the first one's due time (the ready_at of a new key
+    -- row) and its ids in position order.
+    WITH mine AS MATERIALIZED (
+        SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
+               pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
+               (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due,
+               pg_catalog.array_agg(m.id ORDER BY m.seq) AS ids
+          FROM lease_queue.messages AS m
+         WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+         GROUP BY m.qid, m.key
+    ), locked AS (
+        INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
+        SELECT mine.qid, mine.key, mine.partition, mine.first_due, mine.last_seq
+          FROM mine
+         ORDER BY mine.qid, mine.key
+        ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
+           SET last_seq = CASE WHEN k.last_seq < (v_first ->> (k.qid::text || ' ' || k.key))::bigint
+                               THEN EXCLUDED.last_seq ELSE k.last_seq END
+        RETURNING k.qid, k.key, k.last_seq
+    )
+    -- The keys whose last_seq did not become this transaction's highest position: their messages,
+    -- key by key in position order, to renumber.
+    SELECT pg_catalog.array_agg(x.id ORDER BY mine.qid, mine.key, x.n),
+           pg_catalog.array_agg(DISTINCT mine.qid), pg_catalog.array_agg(DISTINCT mine.key)
+      INTO v_renumber, v_qids, v_keys
+      FROM locked AS l
+      JOIN mine ON mine.qid = l.qid AND mine.key = l.key
+     CROSS JOIN LATERAL pg_catalog.unnest(mine.ids) WITH ORDINALITY AS x(id, n)
+     WHERE l.last_seq <> mine.last_seq;
+    IF v_renumber IS NULL THEN
+        RETURN NULL;
+    END IF;
+    WITH numbered AS MATERIALIZED (
+        SELECT u.id, pg_catalog.nextval('lease_queue.message_ids') AS seq
+          FROM pg_catalog.unnest(v_renumber) WITH ORDINALITY AS u(id, n)
+         ORDER BY u.n
+    ), moved AS (
+        UPDATE lease_queue.messages AS m SET seq = n.seq
+          FROM numbered AS n WHERE m.id = ANY (v_renumber) AND m.id = n.id
+        RETURNING m.qid, m.key, m.seq
+    )
+    UPDATE lease_queue.keys AS k SET last_seq = t.seq
+      FROM (SELECT mv.qid, mv.key, pg_catalog.max(mv.seq) AS seq FROM moved AS mv
+             GROUP BY mv.qid, mv.key) AS t
+     WHERE k.qid = ANY (v_qids) AND k.key = ANY (v_keys::text[] COLLATE "C")
+       AND k.qid = t.qid AND k.key = t.key;
+    RETURN NULL;
+END
+$$;
+
+-- Close the open batch `batch_id` of partition p (locked, the caller fenced at `epoch`): delete its
+-- messages, count them, record the batch as the last closed, bring its keys up to date. Returns the
+-- partition's row as it now is. A repeated close of the batch this epoch closed last changes nothing.
+-- LQ002 (fn's) if batch_id is not the open batch at this epoch.
+CREATE OR REPLACE FUNCTION lease_queue._close_batch(fn text, queue text, p lease_queue.partitions, epoch bigint,
+                                         batch_id bigint)
+RETURNS lease_queue.partitions
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_acked bigint;
+BEGIN
+    IF p.batch_id IS DISTINCT FROM _close_batch.batch_id OR p.batch_epoch IS DISTINCT FROM _close_batch.epoch THEN
+        IF p.last_batch_id = _close_batch.batch_id AND p.last_batch_epoch = _close_batch.epoch THEN
+            RETURN p;
+        END IF;
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ002',
+            MESSAGE = fn || ': batch ' || _close_batch.batch_id || ' is not the open batch of partition '
+                      || p.partition || ' of ' || pg_catalog.quote_literal(queue) || ' at epoch ' || _close_batch.epoch,
+            DETAIL  = CASE WHEN p.batch_id IS NULL THEN 'The partition has no open batch.'
+                           ELSE 'The open batch is ' || p.batch_id || ', issued at epoch ' || p.batch_epoch || '.' END,
+            HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
+    END IF;
+
+    DELETE FROM lease_queue.messages AS b WHERE b.id = ANY (p.batch_ids);
+    GET DIAGNOSTICS v_acked = ROW_COUNT;
+    UPDATE lease_queue.partitions AS t
+       SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+           batch_keys = NULL, batch_ids = NULL, last_batch_id = p.batch_id,
+           last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    -- Every key the batch held, also those its nacks sent back: one pass, in key order.
+    PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
+    p.batch_id := NULL;
+    p.batch_epoch := NULL;
+    p.batch_owner := NULL;
+    p.batch_opened_at := NULL;
+    p.batch_keys := NULL;
+    p.batch_ids := NULL;
+    p.last_batch_id := _close_batch.batch_id;
+    p.last_batch_epoch := _close_batch.epoch;
+    p.acked := p.acked + v_acked;
+    RETURN p;
+END
+$$;
+
+-- The batch receive returns, for partition p (locked, the caller fenced and renewed at `epoch`):
+-- the open batch (re-issued to this epoch if it was issued at an earlier one), or a new batch of up
+-- to `max` deliverable messages, or nothing. See lease_queue.receive.
+CREATE OR REPLACE FUNCTION lease_queue._open_batch(p lease_queue.partitions, max_attempts integer, owner text,
+                                        epoch bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+ROWS 100
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_batch bigint;
+    v_left integer;
+    v_ids bigint[] := '{}';
+    v_dead bigint[] := '{}';
+    v_keys text[] COLLATE "C" := '{}';       -- the keys visited (locked), to bring up to date
+    v_taken text[] COLLATE "C" := '{}';      -- the keys of the batch's messages
+    v_own pg_catalog.int8multirange;
+    v_took boolean;
+    c record;
+    m record;
+BEGIN
+    -- An open batch: the same messages again.
+    IF p.batch_id IS NOT NULL THEN
+        IF p.batch_epoch <> _open_batch.epoch THEN
+            -- Its delivery to the former holder ends unacked: counted and recorded as their last.
+            -- Those delivered max_attempts times are dead-lettered; the rest are re-issued.
+            UPDATE lease_queue.messages AS b
+               SET attempts = b.attempts + 1, epoch = p.batch_epoch, last_batch_id = p.batch_id
+             WHERE b.id = ANY (p.batch_ids);
+            SELECT pg_catalog.array_agg(b.id), pg_catalog.array_agg(DISTINCT b.key) FILTER (WHERE b.key IS NOT NULL)
+              INTO v_dead, v_keys
+              FROM lease_queue.messages AS b
+             WHERE b.id = ANY (p.batch_ids) AND b.attempts >= _open_batch.max_attempts;
+            IF v_dead IS NOT NULL THEN
+                PERFORM lease_queue._bury(v_dead, NULL);
+                SELECT pg_catalog.array_agg(u.id ORDER BY u.n) INTO v_ids
+                  FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                 WHERE u.id <> ALL (v_dead);
+            ELSE
+                v_ids := p.batch_ids;
+            END IF;
+            IF pg_catalog.cardinality(v_ids) > 0 THEN
+                UPDATE lease_queue.partitions AS t
+                   SET batch_epoch = _open_batch.epoch, batch_owner = _open_batch.owner, batch_ids = v_ids
+                 WHERE t.qid = p.qid AND t.partition = p.partition;
+                p.batch_ids := v_ids;
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, v_keys);
+            ELSE
+                -- Every message of the batch was dead-lettered (or sent back by nacks): it is over.
+                UPDATE lease_queue.partitions AS t
+                   SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+                       batch_keys = NULL, batch_ids = NULL
+                 WHERE t.qid = p.qid AND t.partition = p.partition;
+                PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
+                p.batch_id := NULL;
+            END IF;
+        END IF;
+        IF p.batch_id IS NOT NULL THEN
+            RETURN QUERY
+                SELECT p.batch_id, b.id, b.key::text, b.payload, b.attempts + 1, b.enqueued_at
+                  FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                  JOIN lease_queue.messages AS b ON b.id = u.id
+                 WHERE b.id = ANY (p.batch_ids)
+                 ORDER BY u.n;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- A new batch. The due keys and unkeyed messages, oldest first. A key's row is locked when the
+    -- batch comes to it, before its messages are read; a key whose row a producer holds at this
+    -- moment (committing) is skipped, not waited for: receive never waits for a producer, and
+    -- delivering a key later is always safe. Only the keys visited are locked, and only those not
+    -- taken brought up to date: the cost follows the batch, not the number of due keys. The calling
+    -- transaction's own uncommitted messages are not delivered.
+    v_now := pg_catalog.clock_timestamp();
+    v_left := _open_batch.max;
+    v_ids := '{}';
+    SELECT k.ids INTO v_own
+      FROM lease_queue.commit_marks AS k WHERE k.xid = pg_catalog.txid_current_if_assigned();
+    FOR c IN
+        SELECT u.t, u.key, u.id, u.attempts FROM (
+            (SELECT k.ready_at AS t, k.key, NULL::bigint AS id, NULL::integer AS attempts
+               FROM lease_queue.keys AS k
+              WHERE k.qid = p.qid AND k.partition = p.partition AND k.ready_at <= v_now
+              ORDER BY k.ready_at, k.key
+              LIMIT _open_batch.max)
+            UNION ALL
+            (SELECT x.deliver_at, NULL, x.id, x.attempts
+               FROM lease_queue.messages AS x
+              WHERE x.qid = p.qid AND x.partition = p.partition AND x.key IS NULL
+                AND x.deliver_at <= v_now
+              ORDER BY x.deliver_at, x.id
+              LIMIT _open_batch.max)) AS u
+         ORDER BY u.t, u.key, u.id
+    LOOP
+        EXIT WHEN v_left = 0;
+        IF c.id IS NOT NULL THEN
+            -- An unkeyed message.
+            IF c.attempts >= _open_batch.max_attempts THEN
+                v_dead := v_dead || c.id;
+            ELSE
+                v_ids := v_ids || c.id;
+                v_left := v_left - 1;
+            END IF;
+            CONTINUE;
+        END IF;
+        PERFORM FROM lease_queue.keys AS k
+          WHERE k.qid = p.qid AND k.key = c.key AND k.ready_at <= v_now
+            FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        v_keys := v_keys || c.key;
+        v_took := false;
+        -- The key's messages from the head, while they are due; a retried message ends the key's
+        -- part of the batch; a message delivered max_attempts times is dead-lettered and skipped.
+        FOR m IN
+            SELECT b.id, b.deliver_at, b.attempts, b.retry
+              FROM lease_queue.messages AS b
+             WHERE b.qid = p.qid AND b.partition = p.partition AND b.key = c.key
+               AND (v_own IS NULL OR NOT b.id OPERATOR(pg_catalog.<@) v_own)
+             ORDER BY b.seq
+        LOOP
+            EXIT WHEN v_left = 0;
+            IF m.attempts >= _open_batch.max_attempts THEN
+                v_dead := v_dead || m.id;
+                CONTINUE;
+            END IF;
+            EXIT WHEN m.deliver_at > v_now;
+            v_ids := v_ids || m.id;
+            v_left := v_left - 1;
+            v_took := true;
+            EXIT WHEN m.retry;
+        END LOOP;
+        IF v_took THEN
+            v_taken := v_taken || c.key;
+        END IF;
+    END LOOP;
+
+    IF pg_catalog.cardinality(v_dead) > 0 THEN
+        PERFORM lease_queue._bury(v_dead, NULL);
+    END IF;
+    IF pg_catalog.cardinality(v_ids) > 0 THEN
+        -- The batch is the partition's row: no message row is written.
+        v_batch := pg_catalog.nextval('lease_queue.batch_ids');
+        UPDATE lease_queue.partitions AS t
+           SET batch_id = v_batch, batch_epoch = _open_batch.epoch, batch_owner = _open_batch.owner,
+               batch_opened_at = v_now,
+               batch_keys = CASE WHEN pg_catalog.cardinality(v_taken) > 0
+                                 THEN (SELECT pg_catalog.array_agg(x ORDER BY x)
+                                         FROM pg_catalog.unnest(v_taken) AS x) END,
+               batch_ids = v_ids
+         WHERE t.qid = p.qid AND t.partition = p.partition;
+    END IF;
+    -- The keys visited and not taken (their head was not due, dead-lettered, or gone) are brought
+    -- up to date; a key taken keeps its row as it is (its ready_at, the due time of the head now in
+    -- the batch, is set again when the batch closes): a delivery writes no key row.
+    IF pg_catalog.cardinality(v_keys) > pg_catalog.cardinality(v_taken) THEN
+        PERFORM lease_queue._refresh_keys(p.qid, p.partition,
+            ARRAY(SELECT x FROM pg_catalog.unnest(v_keys) AS x WHERE x <> ALL (v_taken)));
+    END IF;
+
+    IF v_batch IS NOT NULL THEN
+        RETURN QUERY
+            SELECT v_batch, b.id, b.key::text, b.payload, b.attempts + 1, b.enqueued_at
+              FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS u(id, n)
+              JOIN lease_queue.messages AS b ON b.id = u.id
+             WHERE b.id = ANY (v_ids)
+             ORDER BY u.n;
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.release(queue, partition, owner, epoch, force DEFAULT false) -> integer
+--
+-- Fenced like ack. Releases the partition's lease so that another consumer can claim it at once.
+-- With an open batch and force = false: 55006 (object_in_use), and nothing changes (the lease, the
+-- batch, every column). With force = true the open batch is abandoned (its messages are delivered
+-- again to the next holder, counting a delivery) and the lease released, in one statement. Returns
+-- the number of messages abandoned. LQ001 no such queue; 22023 on invalid input.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.release(
+    queue text, partition integer, owner text, epoch bigint, force boolean DEFAULT false)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    v_key text;
+    v_status text;
+    v_abandoned integer := 0;
+BEGIN
+    IF (lease_queue._valid_name(release.queue)
+        AND release.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(release.owner) BETWEEN 1 AND 1024
+        AND release.epoch IS NOT NULL AND release.force IS NOT NULL) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.release', release.queue, release.partition,
+            release.owner, release.epoch,
+            CASE WHEN release.force IS NULL THEN ARRAY['force must not be NULL'] ELSE '{}' END);
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.release', release.queue, release.partition, 'consume');
+    v_key := lease_queue.lease_key(release.queue, release.partition);
+    PERFORM lease.fence(v_key, release.owner, release.epoch);
+
+    IF p.batch_id IS NOT NULL THEN
+        IF NOT release.force THEN
+            RAISE EXCEPTION USING
+                ERRCODE = '55006',
+                MESSAGE = 'lease_queue.release: partition ' || release.partition || ' of '
+                          || pg_catalog.quote_literal(release.queue) || ' has an open batch',
+                DETAIL  = 'Batch ' || p.batch_id || ' was issued at epoch ' || p.batch_epoch || '.',
+                HINT    = 'Ack the batch first, or release with force => true to abandon it.';
+        END IF;
+        -- Their delivery ends unacked: counted and recorded as their last.
+        UPDATE lease_queue.messages AS b
+           SET attempts = b.attempts + 1, epoch = p.batch_epoch, last_batch_id = p.batch_id
+         WHERE b.id = ANY (p.batch_ids);
+        GET DIAGNOSTICS v_abandoned = ROW_COUNT;
+        PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
+    END IF;
+
+    SELECT lease.release(v_key, release.owner, release.epoch) INTO v_status;
+    IF v_status <> 'ok' THEN
+        PERFORM lease_queue._raise_fenced('lease_queue.release', v_key, v_status);
+    END IF;
+    UPDATE lease_queue.partitions AS t
+       SET claim_epoch = NULL, ttl = NULL,
+           batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+           batch_keys = NULL, batch_ids = NULL
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    RETURN v_abandoned;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.redrive(queue, key) -> bigint
+--
+-- Puts the dead letters of `key` (NULL: the queue's unkeyed dead letters) back into the queue, at
+-- the head of their key, in their original order, ahead of what is pending for the key, with
+-- attempts reset to 0 and due at once. Returns how many. 55006 while the key is part of its
+-- partition's open batch (a message of it was delivered in the batch; redrive after the ack); LQ001 no such queue; 22023 on invalid input.
+-- The installing role's (grantable).
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.redrive(queue text, key text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+    v_partition integer;
+    v_head bigint;
+    v_part lease_queue.partitions;
+    v_now timestamptz;
+    v_count bigint;
+    v_key text COLLATE "C" := redrive.key;
+BEGIN
+    IF (lease_queue._valid_name(redrive.queue)
+        AND (redrive.key IS NULL OR pg_catalog.octet_length(redrive.key) BETWEEN 1 AND 1024)) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.redrive',
+            lease_queue._name_violations('queue', redrive.queue)
+            || lease_queue._text_violations('key', redrive.key, true, 1024));
+    END IF;
+    q := lease_queue._queue('lease_queue.redrive', redrive.queue);
+    v_now := pg_catalog.clock_timestamp();
+
+    IF redrive.key IS NULL THEN
+        WITH back AS (
+            DELETE FROM lease_queue.dead_letters AS d
+             WHERE d.qid = q.qid AND d.key IS NULL
+            RETURNING d.*
+        )
+        INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
+        SELECT back.id, back.qid, back.partition, NULL, NULL, back.payload, back.enqueued_at, v_now
+          FROM back;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF q.notify THEN
+            PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || p)
+               FROM pg_catalog.generate_series(0, q.partitions - 1) AS p;
+        END IF;
+        RETURN v_count;
+    END IF;
+
+    v_partition := lease_queue.partition_of(redrive.key, q.partitions);
+    v_part := lease_queue._lock_partition('lease_queue.redrive', redrive.queue, v_partition, NULL);
+    IF v_key = ANY (v_part.batch_keys) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55006',
+            MESSAGE = 'lease_queue.redrive: key ' || pg_catalog.quote_literal(redrive.key)
+                      || ' has messages in an open batch',
+            HINT    = 'Redrive after the batch is acked.';
+    END IF;
+    INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at)
+    VALUES (q.qid, v_key, v_partition, v_now)
+    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+    PERFORM FROM lease_queue.keys AS k WHERE k.qid = q.qid AND k.key = v_key FOR NO KEY UPDATE;
+    SELECT pg_catalog.min(m.seq) INTO v_head
+      FROM lease_queue.messages AS m
+     WHERE m.qid = q.qid AND m.partition = v_partition AND m.key = v_key;
+    v_head := COALESCE(v_head, pg_catalog.nextval('lease_queue.message_ids'));
+
+    WITH back AS (
+        DELETE FROM lease_queue.dead_letters AS d
+         WHERE d.qid = q.qid AND d.key = v_key
+        RETURNING d.*
+    ), ordered AS (
+        SELECT back.*, pg_catalog.row_number() OVER (ORDER BY back.seq DESC) AS n FROM back
+    )
+    INSERT INTO lease_queue.messages (id, qid, partition, key, seq, payload, enqueued_at, deliver_at)
+    SELECT o.id, o.qid, v_partition, o.key, v_head - o.n, o.payload, o.enqueued_at, v_now
+      FROM ordered AS o;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    -- Its positions lie below the key's head (or below every position yet to be taken): last_seq
+    -- still bounds the key's positions from above.
+    UPDATE lease_queue.keys AS k SET last_seq = GREATEST(k.last_seq, v_head - 1)
+     WHERE k.qid = q.qid AND k.key = v_key AND k.last_seq < v_head - 1;
+    PERFORM lease_queue._refresh_keys(q.qid, v_partition, ARRAY[v_key]);
+    IF q.notify AND v_count > 0 THEN
+        PERFORM pg_catalog.pg_notify('lease_queue', redrive.queue || ':' || v_partition);
+    END IF;
+    RETURN v_count;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.next_due(queue, partition) -> timestamptz
+--
+-- When the partition's next message outside the open batch becomes deliverable (in the past if one
+-- is due now; a nacked message's retry time; a delayed message's due time), or NULL if none is
+-- pending. The keys of the open batch (also those its nacks sent back) count again once it is acked
+-- or abandoned. For a consumer that found nothing to receive: sleep until then or until a notification.
+-- Advisory (no locks, not fenced), through the indexes of receive. LQ001 no such queue; 22023.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.next_due(queue text, partition integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+BEGIN
+    IF (lease_queue._valid_name(next_due.queue) AND next_due.partition BETWEEN 0 AND 1023) IS NOT TRUE THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.next_due',
+            lease_queue._name_violations('queue', next_due.queue)
+            || lease_queue._int_violations('partition', next_due.partition, 0, 1023));
+    END IF;
+    q := lease_queue._queue_for('lease_queue.next_due', next_due.queue, 'consume');
+    IF next_due.partition >= q.partitions THEN
+        PERFORM lease_queue._raise_invalid_input('lease_queue.next_due', ARRAY['partition must be in [0, '
+            || q.partitions || ') for queue ' || pg_catalog.quote_literal(next_due.queue)
+            || ' (got ' || next_due.partition || ')']);
+    END IF;
+    RETURN LEAST(
+        (SELECT k.ready_at FROM lease_queue.keys AS k
+          WHERE k.qid = q.qid AND k.partition = next_due.partition AND k.ready_at IS NOT NULL
+            AND k.key <> ALL (COALESCE((SELECT t.batch_keys FROM lease_queue.partitions AS t
+                                         WHERE t.qid = q.qid AND t.partition = next_due.partition), '{}'))
+          ORDER BY k.ready_at LIMIT 1),
+        (SELECT m.deliver_at FROM lease_queue.messages AS m
+          WHERE m.qid = q.qid AND m.partition = next_due.partition AND m.key IS NULL
+            AND m.id <> ALL (COALESCE((SELECT t.batch_ids FROM lease_queue.partitions AS t
+                                        WHERE t.qid = q.qid AND t.partition = next_due.partition), '{}'))
+          ORDER BY m.deliver_at, m.id LIMIT 1));
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.version() -> text: the version of the pg_lease_queue SQL API installed here.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.version()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT '0.3.1'::text $$;
+
+REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[]) FROM PUBLIC;
