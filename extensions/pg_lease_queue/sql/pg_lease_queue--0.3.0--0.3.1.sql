@@ -14,14 +14,20 @@
 --   * The commit trigger finds a key's lowest position of the transaction through a jsonb object,
 --     not a correlated scan of its list of keys: a send_batch of 10 000 messages over 10 000 keys
 --     with messages pending took 7 s to commit (O(keys^2)), now O(keys log keys).
--- Removed (internal): lease_queue._refresh_keys(bigint, integer, text[], bigint[]), replaced by
---          lease_queue._refresh_keys(bigint, integer, text[]).
--- Upgrade: re-creates the functions named above; no table changes. A key of a batch open at the
+--   * ack_and_receive writes the partition's row once (the ack's close and the next batch in one
+--     update; it wrote it twice).
+-- Replaced (internal): lease_queue._refresh_keys(bigint, integer, text[], bigint[]) by
+--          _refresh_keys(bigint, integer, text[]); _close_batch and _open_batch gain a last
+--          boolean argument (the deferred write of the partition's row).
+-- Upgrade: re-creates _stamp_commit_order, receive, ack, ack_and_receive, release, redrive,
+-- next_due, version and the internal functions named above; no table changes. A key of a batch open at the
 -- update keeps ready_at NULL until that batch closes, which was and stays correct.
 
 \echo Use "ALTER EXTENSION pg_lease_queue UPDATE TO '0.3.1'" to load this file. \quit
 
 DROP FUNCTION lease_queue._refresh_keys(bigint, integer, text[], bigint[]);
+DROP FUNCTION lease_queue._close_batch(text, text, lease_queue.partitions, bigint, bigint);
+DROP FUNCTION lease_queue._open_batch(lease_queue.partitions, integer, text, bigint, integer);
 
 -- Bring the key rows of `keys` (of one partition) up to date with their messages: lock them in key
 -- order first (so that a producer committing a message of one of them has committed, and is seen by
@@ -74,117 +80,14 @@ BEGIN
 END
 $$;
 
--- The commit order: a deferred constraint trigger on lease_queue.commit_marks, whose row for the
--- transaction the first keyed send inserts (later sends add their ids to it). It runs in the
--- committing transaction's pre-commit phase (under SET CONSTRAINTS ... IMMEDIATE: at the end of that
--- send's statement; the next send then marks the transaction again). It deletes the mark and, in
--- one statement for every key of the transaction, in key order, takes each key's row lock (creating
--- the row for a new key). The lock is held until the commit, so a second transaction committing
--- messages of the same key waits here until the first has committed. Under the lock:
---   * if every message of the key in this transaction has a position (its id, from send) above the
---     key's last_seq, the positions stand and last_seq becomes their highest: one update of the
---     key's row and no write of a message (the usual case: transactions commit in the order they
---     sent);
---   * otherwise (a transaction that sent later committed first) the key's messages of this
---     transaction get new positions from lease_queue.message_ids, in their order, above every
---     position taken so far, and last_seq the highest of them.
--- Either way, for one key, position order is commit order. Without JIT compilation (compiling a
--- plan whose size the planner misjudged took ~25 ms per commit) and with generic plans (the
--- statements find rows through arrays, whatever their length: planning them again at each commit
--- cost more than running them).
-CREATE OR REPLACE FUNCTION lease_queue._stamp_commit_order()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET jit = off
-SET plan_cache_mode = force_generic_plan
-AS $$
-DECLARE
-    v_ranges pg_catalog.int8multirange;
-    v_ids bigint[];
-    v_first jsonb;
-    v_renumber bigint[];
-    v_qids bigint[];
-    v_keys text[];
-BEGIN
-    DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current()
-    RETURNING c.ids INTO v_ranges;
-    IF v_ranges IS NULL THEN
-        RETURN NULL;
-    END IF;
-    -- The ids as an array: every statement below finds its messages by `id = ANY (...)`, an index
-    -- scan of the primary key whatever the plan cached for the function.
-    v_ids := ARRAY(SELECT pg_catalog.generate_series(pg_catalog.lower(r.ids), pg_catalog.upper(r.ids) - 1)
-                     FROM pg_catalog.unnest(v_ranges) AS r(ids));
-    -- Per key ("qid key"), the lowest position of this transaction's messages: looked up by the
-    -- update of an existing key row below (a jsonb object is searched by key, so the statement costs
-    -- O(keys log keys); a correlated scan of the CTE cost O(keys^2): 7 s for 10 000 keys).
-    SELECT pg_catalog.jsonb_object_agg(f.qk, f.first_seq) INTO v_first
-      FROM (SELECT m.qid::text || ' ' || m.key AS qk, pg_catalog.min(m.seq) AS first_seq
-              FROM lease_queue.messages AS m
-             WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
-             GROUP BY m.qid, m.key) AS f;
-    IF v_first IS NULL THEN
-        RETURN NULL;
-    END IF;
-    -- This transaction's keyed messages (those of a rolled-back subtransaction are not visible);
-    -- per key its lowest and highest position, the first one's due time (the ready_at of a new key
-    -- row) and its ids in position order.
-    WITH mine AS MATERIALIZED (
-        SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
-               pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
-               (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due,
-               pg_catalog.array_agg(m.id ORDER BY m.seq) AS ids
-          FROM lease_queue.messages AS m
-         WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
-         GROUP BY m.qid, m.key
-    ), locked AS (
-        INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
-        SELECT mine.qid, mine.key, mine.partition, mine.first_due, mine.last_seq
-          FROM mine
-         ORDER BY mine.qid, mine.key
-        ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
-           SET last_seq = CASE WHEN k.last_seq < (v_first ->> (k.qid::text || ' ' || k.key))::bigint
-                               THEN EXCLUDED.last_seq ELSE k.last_seq END
-        RETURNING k.qid, k.key, k.last_seq
-    )
-    -- The keys whose last_seq did not become this transaction's highest position: their messages,
-    -- key by key in position order, to renumber.
-    SELECT pg_catalog.array_agg(x.id ORDER BY mine.qid, mine.key, x.n),
-           pg_catalog.array_agg(DISTINCT mine.qid), pg_catalog.array_agg(DISTINCT mine.key)
-      INTO v_renumber, v_qids, v_keys
-      FROM locked AS l
-      JOIN mine ON mine.qid = l.qid AND mine.key = l.key
-     CROSS JOIN LATERAL pg_catalog.unnest(mine.ids) WITH ORDINALITY AS x(id, n)
-     WHERE l.last_seq <> mine.last_seq;
-    IF v_renumber IS NULL THEN
-        RETURN NULL;
-    END IF;
-    WITH numbered AS MATERIALIZED (
-        SELECT u.id, pg_catalog.nextval('lease_queue.message_ids') AS seq
-          FROM pg_catalog.unnest(v_renumber) WITH ORDINALITY AS u(id, n)
-         ORDER BY u.n
-    ), moved AS (
-        UPDATE lease_queue.messages AS m SET seq = n.seq
-          FROM numbered AS n WHERE m.id = ANY (v_renumber) AND m.id = n.id
-        RETURNING m.qid, m.key, m.seq
-    )
-    UPDATE lease_queue.keys AS k SET last_seq = t.seq
-      FROM (SELECT mv.qid, mv.key, pg_catalog.max(mv.seq) AS seq FROM moved AS mv
-             GROUP BY mv.qid, mv.key) AS t
-     WHERE k.qid = ANY (v_qids) AND k.key = ANY (v_keys::text[] COLLATE "C")
-       AND k.qid = t.qid AND k.key = t.key;
-    RETURN NULL;
-END
-$$;
-
 -- Close the open batch `batch_id` of partition p (locked, the caller fenced at `epoch`): delete its
 -- messages, count them, record the batch as the last closed, bring its keys up to date. Returns the
--- partition's row as it now is. A repeated close of the batch this epoch closed last changes nothing.
--- LQ002 (fn's) if batch_id is not the open batch at this epoch.
-CREATE OR REPLACE FUNCTION lease_queue._close_batch(fn text, queue text, p lease_queue.partitions, epoch bigint,
-                                         batch_id bigint)
+-- partition's row as it now is. With `deferred` the partition's row is not written: the caller
+-- writes the row returned (ack_and_receive, through _open_batch: one update of the row per call).
+-- A repeated close of the batch this epoch closed last changes nothing. LQ002 (fn's) if batch_id is
+-- not the open batch at this epoch.
+CREATE FUNCTION lease_queue._close_batch(fn text, queue text, p lease_queue.partitions, epoch bigint,
+                                         batch_id bigint, deferred boolean)
 RETURNS lease_queue.partitions
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -208,11 +111,13 @@ BEGIN
 
     DELETE FROM lease_queue.messages AS b WHERE b.id = ANY (p.batch_ids);
     GET DIAGNOSTICS v_acked = ROW_COUNT;
-    UPDATE lease_queue.partitions AS t
-       SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
-           batch_keys = NULL, batch_ids = NULL, last_batch_id = p.batch_id,
-           last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
-     WHERE t.qid = p.qid AND t.partition = p.partition;
+    IF NOT _close_batch.deferred THEN
+        UPDATE lease_queue.partitions AS t
+           SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+               batch_keys = NULL, batch_ids = NULL, last_batch_id = p.batch_id,
+               last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
+         WHERE t.qid = p.qid AND t.partition = p.partition;
+    END IF;
     -- Every key the batch held, also those its nacks sent back: one pass, in key order.
     PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
     p.batch_id := NULL;
@@ -230,9 +135,11 @@ $$;
 
 -- The batch receive returns, for partition p (locked, the caller fenced and renewed at `epoch`):
 -- the open batch (re-issued to this epoch if it was issued at an earlier one), or a new batch of up
--- to `max` deliverable messages, or nothing. See lease_queue.receive.
-CREATE OR REPLACE FUNCTION lease_queue._open_batch(p lease_queue.partitions, max_attempts integer, owner text,
-                                        epoch bigint, max integer)
+-- to `max` deliverable messages, or nothing. See lease_queue.receive. `closed`: p is the row as
+-- _close_batch left it without writing it (deferred); it is written here, with the new batch if
+-- one opens.
+CREATE FUNCTION lease_queue._open_batch(p lease_queue.partitions, max_attempts integer, owner text,
+                                        epoch bigint, max integer, closed boolean)
 RETURNS SETOF lease_queue.delivery
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -380,7 +287,14 @@ BEGIN
                batch_keys = CASE WHEN pg_catalog.cardinality(v_taken) > 0
                                  THEN (SELECT pg_catalog.array_agg(x ORDER BY x)
                                          FROM pg_catalog.unnest(v_taken) AS x) END,
-               batch_ids = v_ids
+               batch_ids = v_ids,
+               last_batch_id = p.last_batch_id, last_batch_epoch = p.last_batch_epoch, acked = p.acked
+         WHERE t.qid = p.qid AND t.partition = p.partition;
+    ELSIF _open_batch.closed THEN
+        UPDATE lease_queue.partitions AS t
+           SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+               batch_keys = NULL, batch_ids = NULL,
+               last_batch_id = p.last_batch_id, last_batch_epoch = p.last_batch_epoch, acked = p.acked
          WHERE t.qid = p.qid AND t.partition = p.partition;
     END IF;
     -- The keys visited and not taken (their head was not due, dead-lettered, or gone) are brought
@@ -399,6 +313,249 @@ BEGIN
              WHERE b.id = ANY (v_ids)
              ORDER BY u.n;
     END IF;
+END
+$$;
+
+-- The commit order: a deferred constraint trigger on lease_queue.commit_marks, whose row for the
+-- transaction the first keyed send inserts (later sends add their ids to it). It runs in the
+-- committing transaction's pre-commit phase (under SET CONSTRAINTS ... IMMEDIATE: at the end of that
+-- send's statement; the next send then marks the transaction again). It deletes the mark and, in
+-- one statement for every key of the transaction, in key order, takes each key's row lock (creating
+-- the row for a new key). The lock is held until the commit, so a second transaction committing
+-- messages of the same key waits here until the first has committed. Under the lock:
+--   * if every message of the key in this transaction has a position (its id, from send) above the
+--     key's last_seq, the positions stand and last_seq becomes their highest: one update of the
+--     key's row and no write of a message (the usual case: transactions commit in the order they
+--     sent);
+--   * otherwise (a transaction that sent later committed first) the key's messages of this
+--     transaction get new positions from lease_queue.message_ids, in their order, above every
+--     position taken so far, and last_seq the highest of them.
+-- Either way, for one key, position order is commit order. Without JIT compilation (compiling a
+-- plan whose size the planner misjudged took ~25 ms per commit) and with generic plans (the
+-- statements find rows through arrays, whatever their length: planning them again at each commit
+-- cost more than running them).
+CREATE OR REPLACE FUNCTION lease_queue._stamp_commit_order()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_ranges pg_catalog.int8multirange;
+    v_ids bigint[];
+    v_first jsonb;
+    v_renumber bigint[];
+    v_qids bigint[];
+    v_keys text[];
+BEGIN
+    DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current()
+    RETURNING c.ids INTO v_ranges;
+    IF v_ranges IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The ids as an array: every statement below finds its messages by `id = ANY (...)`, an index
+    -- scan of the primary key whatever the plan cached for the function.
+    v_ids := ARRAY(SELECT pg_catalog.generate_series(pg_catalog.lower(r.ids), pg_catalog.upper(r.ids) - 1)
+                     FROM pg_catalog.unnest(v_ranges) AS r(ids));
+    -- Per key ("qid key"), the lowest position of this transaction's messages: looked up by the
+    -- update of an existing key row below (a jsonb object is searched by key, so the statement costs
+    -- O(keys log keys); a correlated scan of the CTE cost O(keys^2): 7 s for 10 000 keys).
+    SELECT pg_catalog.jsonb_object_agg(f.qk, f.first_seq) INTO v_first
+      FROM (SELECT m.qid::text || ' ' || m.key AS qk, pg_catalog.min(m.seq) AS first_seq
+              FROM lease_queue.messages AS m
+             WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+             GROUP BY m.qid, m.key) AS f;
+    IF v_first IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- This transaction's keyed messages (those of a rolled-back subtransaction are not visible);
+    -- per key its lowest and highest position, the first one's due time (the ready_at of a new key
+    -- row) and its ids in position order.
+    WITH mine AS MATERIALIZED (
+        SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
+               pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
+               (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due,
+               pg_catalog.array_agg(m.id ORDER BY m.seq) AS ids
+          FROM lease_queue.messages AS m
+         WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+         GROUP BY m.qid, m.key
+    ), locked AS (
+        INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
+        SELECT mine.qid, mine.key, mine.partition, mine.first_due, mine.last_seq
+          FROM mine
+         ORDER BY mine.qid, mine.key
+        ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
+           SET last_seq = CASE WHEN k.last_seq < (v_first ->> (k.qid::text || ' ' || k.key))::bigint
+                               THEN EXCLUDED.last_seq ELSE k.last_seq END
+        RETURNING k.qid, k.key, k.last_seq
+    )
+    -- The keys whose last_seq did not become this transaction's highest position: their messages,
+    -- key by key in position order, to renumber.
+    SELECT pg_catalog.array_agg(x.id ORDER BY mine.qid, mine.key, x.n),
+           pg_catalog.array_agg(DISTINCT mine.qid), pg_catalog.array_agg(DISTINCT mine.key)
+      INTO v_renumber, v_qids, v_keys
+      FROM locked AS l
+      JOIN mine ON mine.qid = l.qid AND mine.key = l.key
+     CROSS JOIN LATERAL pg_catalog.unnest(mine.ids) WITH ORDINALITY AS x(id, n)
+     WHERE l.last_seq <> mine.last_seq;
+    IF v_renumber IS NULL THEN
+        RETURN NULL;
+    END IF;
+    WITH numbered AS MATERIALIZED (
+        SELECT u.id, pg_catalog.nextval('lease_queue.message_ids') AS seq
+          FROM pg_catalog.unnest(v_renumber) WITH ORDINALITY AS u(id, n)
+         ORDER BY u.n
+    ), moved AS (
+        UPDATE lease_queue.messages AS m SET seq = n.seq
+          FROM numbered AS n WHERE m.id = ANY (v_renumber) AND m.id = n.id
+        RETURNING m.qid, m.key, m.seq
+    )
+    UPDATE lease_queue.keys AS k SET last_seq = t.seq
+      FROM (SELECT mv.qid, mv.key, pg_catalog.max(mv.seq) AS seq FROM moved AS mv
+             GROUP BY mv.qid, mv.key) AS t
+     WHERE k.qid = ANY (v_qids) AND k.key = ANY (v_keys::text[] COLLATE "C")
+       AND k.qid = t.qid AND k.key = t.key;
+    RETURN NULL;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.receive(queue, partition, owner, epoch, max) -> SETOF delivery
+--   delivery = (batch_id, id, key, payload, attempts, enqueued_at)
+--
+-- Fenced and a heartbeat: renews the partition's lease with the claim's ttl (LE001 not the holder,
+-- LE002 lapsed, LE003 stale epoch; LQ004 if this epoch was not claimed through claim/claim_any;
+-- nothing changes on a refusal). Then:
+--   * an open batch issued at this epoch: returns it again (idempotent; safe to retry);
+--   * an open batch issued at an earlier epoch (its holder crashed or was paused): re-issues the same
+--     messages under the same batch_id to this epoch, counting a delivery (attempts + 1), so the
+--     former holder can no longer ack it; messages already delivered max_attempts times are
+--     dead-lettered instead (a batch left empty is closed and a new one opened);
+--   * otherwise opens a batch of up to `max` (1..10000) deliverable messages: for each key that is
+--     due (oldest first), its messages from the head in order while they are due, a retried message
+--     without anything after it; unkeyed messages by due time. Each counts a delivery.
+-- Returns the batch's messages in delivery order (within a key, in the key's order); no rows when
+-- nothing is deliverable (no batch is opened). 22023 on invalid input; LQ001 no such queue.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.receive(queue text, partition integer, owner text, epoch bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    q record;
+BEGIN
+    IF (lease_queue._valid_name(receive.queue)
+        AND receive.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(receive.owner) BETWEEN 1 AND 1024
+        AND receive.epoch IS NOT NULL
+        AND receive.max BETWEEN 1 AND 10000) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.receive', receive.queue, receive.partition,
+            receive.owner, receive.epoch, lease_queue._int_violations('max', receive.max, 1, 10000));
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.receive', receive.queue, receive.partition, 'consume');
+    q := lease_queue._queue('lease_queue.receive', receive.queue);
+    PERFORM lease_queue._heartbeat('lease_queue.receive', p,
+        lease_queue.lease_key(receive.queue, receive.partition), receive.owner, receive.epoch);
+    RETURN QUERY
+        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, receive.owner, receive.epoch, receive.max,
+                                              false);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.ack(queue, partition, owner, epoch, batch_id)
+--
+-- Fenced (LE001/LE002/LE003, as lease.fence; the lease row stays locked FOR SHARE until the caller's
+-- transaction ends, so the holder cannot change before it commits): closes the open batch, which
+-- must have been issued to this epoch, deleting its messages, and adds their number to the
+-- partition's acked counter. A repeated ack of the batch this epoch closed last succeeds again and
+-- changes nothing (the counter included). LQ002 if batch_id is not the partition's open batch
+-- at this epoch; LQ001 no such queue; 22023 on invalid input.
+-- Database writes made earlier in the same transaction commit only if the ack does: the way to
+-- apply a message's effects exactly once.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.ack(queue text, partition integer, owner text, epoch bigint, batch_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p lease_queue.partitions;
+BEGIN
+    IF (lease_queue._valid_name(ack.queue)
+        AND ack.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(ack.owner) BETWEEN 1 AND 1024
+        AND ack.epoch IS NOT NULL AND ack.batch_id IS NOT NULL) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.ack', ack.queue, ack.partition,
+            ack.owner, ack.epoch,
+            CASE WHEN ack.batch_id IS NULL THEN ARRAY['batch_id must not be NULL'] ELSE '{}' END);
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.ack', ack.queue, ack.partition, 'consume');
+    PERFORM lease.fence(lease_queue.lease_key(ack.queue, ack.partition), ack.owner, ack.epoch);
+    PERFORM lease_queue._close_batch('lease_queue.ack', ack.queue, p, ack.epoch, ack.batch_id, false);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
+-- lease_queue.ack_and_receive(queue, partition, owner, epoch, batch_id, max) -> SETOF delivery
+--
+-- ack of batch_id (when not NULL) and then receive of up to `max`, in one statement: a consumer's
+-- loop makes one round trip per batch. Fenced and a heartbeat as receive (LE001/LE002/LE003,
+-- LQ004), checked before anything changes; the ack's LQ002 as ack (batch_id not the open batch at
+-- this epoch, nor the one this epoch closed last). Returns what receive would return right after
+-- the ack: the next batch (or the open one, when the ack was a repeat, so a retry after a lost
+-- answer gets the same batch again), or no rows. Errors change nothing: a failed call neither acks
+-- nor opens. LQ001 no such queue; 22023 on invalid input (as receive; batch_id may be NULL).
+-- Database writes made earlier in the same transaction commit only if the call does.
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.ack_and_receive(
+    queue text, partition integer, owner text, epoch bigint, batch_id bigint, max integer)
+RETURNS SETOF lease_queue.delivery
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    q record;
+    v_open bigint;               -- the open batch before the ack
+BEGIN
+    IF (lease_queue._valid_name(ack_and_receive.queue)
+        AND ack_and_receive.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(ack_and_receive.owner) BETWEEN 1 AND 1024
+        AND ack_and_receive.epoch IS NOT NULL
+        AND ack_and_receive.max BETWEEN 1 AND 10000) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.ack_and_receive', ack_and_receive.queue,
+            ack_and_receive.partition, ack_and_receive.owner, ack_and_receive.epoch,
+            lease_queue._int_violations('max', ack_and_receive.max, 1, 10000));
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.ack_and_receive', ack_and_receive.queue,
+                                     ack_and_receive.partition, 'consume');
+    q := lease_queue._queue('lease_queue.ack_and_receive', ack_and_receive.queue);
+    PERFORM lease_queue._heartbeat('lease_queue.ack_and_receive', p,
+        lease_queue.lease_key(ack_and_receive.queue, ack_and_receive.partition),
+        ack_and_receive.owner, ack_and_receive.epoch);
+    -- The close and the open write the partition's row once (in _open_batch).
+    IF ack_and_receive.batch_id IS NOT NULL THEN
+        v_open := p.batch_id;
+        p := lease_queue._close_batch('lease_queue.ack_and_receive', ack_and_receive.queue, p,
+                                      ack_and_receive.epoch, ack_and_receive.batch_id, true);
+    END IF;
+    RETURN QUERY
+        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, ack_and_receive.owner,
+                                              ack_and_receive.epoch, ack_and_receive.max,
+                                              v_open IS NOT NULL AND p.batch_id IS NULL);
 END
 $$;
 
@@ -612,3 +769,5 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT '0.3.1'::text $$;
 
 REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._close_batch(text, text, lease_queue.partitions, bigint, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._open_batch(lease_queue.partitions, integer, text, bigint, integer, boolean) FROM PUBLIC;

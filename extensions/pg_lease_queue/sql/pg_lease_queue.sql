@@ -1385,10 +1385,12 @@ $$;
 
 -- Close the open batch `batch_id` of partition p (locked, the caller fenced at `epoch`): delete its
 -- messages, count them, record the batch as the last closed, bring its keys up to date. Returns the
--- partition's row as it now is. A repeated close of the batch this epoch closed last changes nothing.
--- LQ002 (fn's) if batch_id is not the open batch at this epoch.
+-- partition's row as it now is. With `deferred` the partition's row is not written: the caller
+-- writes the row returned (ack_and_receive, through _open_batch: one update of the row per call).
+-- A repeated close of the batch this epoch closed last changes nothing. LQ002 (fn's) if batch_id is
+-- not the open batch at this epoch.
 CREATE FUNCTION lease_queue._close_batch(fn text, queue text, p lease_queue.partitions, epoch bigint,
-                                         batch_id bigint)
+                                         batch_id bigint, deferred boolean)
 RETURNS lease_queue.partitions
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1412,11 +1414,13 @@ BEGIN
 
     DELETE FROM lease_queue.messages AS b WHERE b.id = ANY (p.batch_ids);
     GET DIAGNOSTICS v_acked = ROW_COUNT;
-    UPDATE lease_queue.partitions AS t
-       SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
-           batch_keys = NULL, batch_ids = NULL, last_batch_id = p.batch_id,
-           last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
-     WHERE t.qid = p.qid AND t.partition = p.partition;
+    IF NOT _close_batch.deferred THEN
+        UPDATE lease_queue.partitions AS t
+           SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+               batch_keys = NULL, batch_ids = NULL, last_batch_id = p.batch_id,
+               last_batch_epoch = _close_batch.epoch, acked = t.acked + v_acked
+         WHERE t.qid = p.qid AND t.partition = p.partition;
+    END IF;
     -- Every key the batch held, also those its nacks sent back: one pass, in key order.
     PERFORM lease_queue._refresh_keys(p.qid, p.partition, p.batch_keys);
     p.batch_id := NULL;
@@ -1434,9 +1438,11 @@ $$;
 
 -- The batch receive returns, for partition p (locked, the caller fenced and renewed at `epoch`):
 -- the open batch (re-issued to this epoch if it was issued at an earlier one), or a new batch of up
--- to `max` deliverable messages, or nothing. See lease_queue.receive.
+-- to `max` deliverable messages, or nothing. See lease_queue.receive. `closed`: p is the row as
+-- _close_batch left it without writing it (deferred); it is written here, with the new batch if
+-- one opens.
 CREATE FUNCTION lease_queue._open_batch(p lease_queue.partitions, max_attempts integer, owner text,
-                                        epoch bigint, max integer)
+                                        epoch bigint, max integer, closed boolean)
 RETURNS SETOF lease_queue.delivery
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1584,7 +1590,14 @@ BEGIN
                batch_keys = CASE WHEN pg_catalog.cardinality(v_taken) > 0
                                  THEN (SELECT pg_catalog.array_agg(x ORDER BY x)
                                          FROM pg_catalog.unnest(v_taken) AS x) END,
-               batch_ids = v_ids
+               batch_ids = v_ids,
+               last_batch_id = p.last_batch_id, last_batch_epoch = p.last_batch_epoch, acked = p.acked
+         WHERE t.qid = p.qid AND t.partition = p.partition;
+    ELSIF _open_batch.closed THEN
+        UPDATE lease_queue.partitions AS t
+           SET batch_id = NULL, batch_epoch = NULL, batch_owner = NULL, batch_opened_at = NULL,
+               batch_keys = NULL, batch_ids = NULL,
+               last_batch_id = p.last_batch_id, last_batch_epoch = p.last_batch_epoch, acked = p.acked
          WHERE t.qid = p.qid AND t.partition = p.partition;
     END IF;
     -- The keys visited and not taken (their head was not due, dead-lettered, or gone) are brought
@@ -1649,7 +1662,8 @@ BEGIN
     PERFORM lease_queue._heartbeat('lease_queue.receive', p,
         lease_queue.lease_key(receive.queue, receive.partition), receive.owner, receive.epoch);
     RETURN QUERY
-        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, receive.owner, receive.epoch, receive.max);
+        SELECT * FROM lease_queue._open_batch(p, q.max_attempts, receive.owner, receive.epoch, receive.max,
+                                              false);
 END
 $$;
 
@@ -1685,7 +1699,7 @@ BEGIN
     END IF;
     p := lease_queue._lock_partition('lease_queue.ack', ack.queue, ack.partition, 'consume');
     PERFORM lease.fence(lease_queue.lease_key(ack.queue, ack.partition), ack.owner, ack.epoch);
-    PERFORM lease_queue._close_batch('lease_queue.ack', ack.queue, p, ack.epoch, ack.batch_id);
+    PERFORM lease_queue._close_batch('lease_queue.ack', ack.queue, p, ack.epoch, ack.batch_id, false);
 END
 $$;
 
@@ -1712,6 +1726,7 @@ AS $$
 DECLARE
     p lease_queue.partitions;
     q record;
+    v_open bigint;               -- the open batch before the ack
 BEGIN
     IF (lease_queue._valid_name(ack_and_receive.queue)
         AND ack_and_receive.partition BETWEEN 0 AND 1023
@@ -1729,13 +1744,16 @@ BEGIN
     PERFORM lease_queue._heartbeat('lease_queue.ack_and_receive', p,
         lease_queue.lease_key(ack_and_receive.queue, ack_and_receive.partition),
         ack_and_receive.owner, ack_and_receive.epoch);
+    -- The close and the open write the partition's row once (in _open_batch).
     IF ack_and_receive.batch_id IS NOT NULL THEN
+        v_open := p.batch_id;
         p := lease_queue._close_batch('lease_queue.ack_and_receive', ack_and_receive.queue, p,
-                                      ack_and_receive.epoch, ack_and_receive.batch_id);
+                                      ack_and_receive.epoch, ack_and_receive.batch_id, true);
     END IF;
     RETURN QUERY
         SELECT * FROM lease_queue._open_batch(p, q.max_attempts, ack_and_receive.owner,
-                                              ack_and_receive.epoch, ack_and_receive.max);
+                                              ack_and_receive.epoch, ack_and_receive.max,
+                                              v_open IS NOT NULL AND p.batch_id IS NULL);
 END
 $$;
 
@@ -2315,8 +2333,8 @@ REVOKE ALL ON FUNCTION lease_queue._raise_not_granted(text, text, text) FROM PUB
 REVOKE ALL ON FUNCTION lease_queue._raise_fenced(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._refresh_keys(bigint, integer, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._heartbeat(text, lease_queue.partitions, text, text, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease_queue._close_batch(text, text, lease_queue.partitions, bigint, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease_queue._open_batch(lease_queue.partitions, integer, text, bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._close_batch(text, text, lease_queue.partitions, bigint, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease_queue._open_batch(lease_queue.partitions, integer, text, bigint, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._bury(bigint[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease_queue._stamp_commit_order() FROM PUBLIC;
 

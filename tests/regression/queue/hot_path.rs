@@ -364,3 +364,36 @@ async fn the_commit_order_of_a_key_is_settled_per_queue_and_key_whatever_the_key
         "the second queue's keys, in send order"
     );
 }
+
+/// ack_and_receive writes the partition's row once, whether it opens the next batch or only closes
+/// the one acked (0.3.1; it wrote it twice).
+#[tokio::test]
+async fn ack_and_receive_writes_the_partition_row_once_whether_or_not_a_batch_opens() {
+    let f = Fixture::new("hot_path_partition_row_once", 1, 10).await;
+    for l in ["k1", "k2"] {
+        f.send(Some("k"), l).await;
+    }
+    let e = f.claim(0, "w").await;
+    let su = &f.su;
+    let mut batch = super::receive(su, &f.q, 0, "w", e, 1).await;
+    for (expected, what) in [
+        (&["k2"][..], "acks k1 and opens k2"),
+        (&[][..], "acks k2 and only closes"),
+    ] {
+        su.batch_execute("BEGIN").await.unwrap();
+        let partitions = Writes::from_now(su, "lease_queue.partitions").await;
+        let next = try_ack_and_receive(su, &f.q, 0, "w", e, Some(batch_id(&batch)), 1)
+            .await
+            .unwrap();
+        assert_eq!(labels(&next), expected, "{what}");
+        assert_eq!(
+            partitions.since(su).await,
+            (0, 1, 0),
+            "{what}: one update of the partition's row"
+        );
+        su.batch_execute("COMMIT").await.unwrap();
+        batch = next;
+    }
+    let s = &status(&f.app, &f.q).await[0];
+    assert_eq!((s.batch_id, s.acked, s.backlog), (None, 2, 0));
+}
