@@ -658,13 +658,14 @@ $$;
 -- the next statement, or has not started its commit), then set ready_at to each key's head's due
 -- time, or delete the row if the key has no committed message left; a row already right is not
 -- written. The calling transaction's own uncommitted messages (its commit mark) are not the key's
--- yet: they are left out. Generic plans: a custom plan per call for `key = ANY (...)` cost more
--- than the statement (the plan does not depend on the array's length).
+-- yet: they are left out. Generic plans (a custom plan per call for `key = ANY (...)` cost more
+-- than the statement), without sequential scans (see lease_queue._stamp_commit_order).
 CREATE FUNCTION lease_queue._refresh_keys(qid bigint, partition integer, keys text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_key text COLLATE "C";
@@ -743,7 +744,9 @@ $$;
 -- Either way, for one key, position order is commit order. Without JIT compilation (compiling a
 -- plan whose size the planner misjudged took ~25 ms per commit) and with generic plans (the
 -- statements find rows through arrays, whatever their length: planning them again at each commit
--- cost more than running them).
+-- cost more than running them), made without sequential scans: a generic plan is kept for the
+-- session, and one made while the tables were small would scan them whole at every commit once
+-- they have grown (every statement here has an index to find its rows).
 CREATE FUNCTION lease_queue._stamp_commit_order()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -751,6 +754,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET jit = off
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_ranges pg_catalog.int8multirange;
@@ -1395,6 +1399,7 @@ RETURNS lease_queue.partitions
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_acked bigint;
@@ -1447,6 +1452,7 @@ RETURNS SETOF lease_queue.delivery
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 ROWS 100
 AS $$
 DECLARE

@@ -42,7 +42,7 @@ impl Writes {
 }
 
 /// `lease_queue.ack_and_receive`; the server's error, if any.
-async fn try_ack_and_receive(
+pub(super) async fn try_ack_and_receive(
     c: &Client,
     q: &str,
     p: i32,

@@ -18,6 +18,7 @@ mod lifecycle;
 mod nack;
 mod notify;
 mod ordering;
+mod plans;
 mod privileges;
 mod receive;
 mod release;
