@@ -2,7 +2,7 @@
 //! queues users pick instead, on the same private server, in the same run (issue 26, item 3).
 //!
 //! Systems, each consuming **in per-key order**:
-//! - `lease_queue` (ours): keyed messages; one partition per consumer, receive → ack (ours.rs);
+//! - `lease_queue` (ours): keyed messages; one partition per consumer, ack_and_receive (ours.rs);
 //! - `pgmq-fifo`: pgmq's FIFO groups, `read_grouped` → `delete` (pgmq's SQL from PyPI at bench
 //!   time, as in the queue section; pgmq_fifo.rs);
 //! - `pg-boss`: its `key_strict_fifo` queue policy, the key as `singletonKey`, consumed by
@@ -385,7 +385,7 @@ pub async fn run(db: &Db, repo: &Path, o: &PeersOptions, prefix: &str) -> BoxRes
             (
                 System::Ours.name().into(),
                 format!(
-                    "keyed send_batch; consumers = partitions, each claims one and loops receive(max {}) → ack",
+                    "keyed send_batch; consumers = partitions, each claims one and loops ack_and_receive(previous batch, max {}) (the ack and the next batch in one call), its last batch acked with ack",
                     o.batch
                 ),
             ),

@@ -1,5 +1,6 @@
 //! pg_lease_queue: keyed messages (per-key commit order); one partition per consumer, each
-//! consumer claims its partition and loops receive → ack.
+//! consumer claims its partition and loops ack_and_receive (the previous batch's ack and the next
+//! batch in one call, as the Rust consumer does), the last batch acked with ack.
 
 use std::time::Instant;
 
@@ -11,9 +12,9 @@ use super::{Consumed, Job, Outcome, drain, preload_ranges, timed};
 use crate::queue::system::{LQ_ACK, LQ_CLAIM, LQ_RELEASE, LQ_SEND_BATCH};
 use crate::{BoxResult, err};
 
-/// receive, with the payload's key index and sequence number.
-const RECEIVE: &str = "SELECT batch_id, (payload->>'k')::int4, (payload->>'s')::int4 \
-     FROM lease_queue.receive($1::text, $2::int, $3::text, $4::bigint, $5::int)";
+/// ack_and_receive, with the payload's key index and sequence number.
+const ACK_AND_RECEIVE: &str = "SELECT batch_id, (payload->>'k')::int4, (payload->>'s')::int4 \
+     FROM lease_queue.ack_and_receive($1::text, $2::int, $3::text, $4::bigint, $5::int8, $6::int)";
 
 /// A claimed partition.
 pub(super) struct Partition {
@@ -23,10 +24,10 @@ pub(super) struct Partition {
     pub(super) epoch: i64,
 }
 
-/// The consume loop of one consumer: receive up to `batch` messages → handle them → ack the
-/// batch, until the partition is drained (no producer runs during the drain) or `deadline`.
-/// Returns when its last ack returned. This is the one place to change when the consumer switches
-/// to a combined ack-and-receive call.
+/// The consume loop of one consumer: ack the previous batch and receive up to `batch` messages
+/// (one call) → handle them, until the partition is drained (no producer runs during the drain;
+/// the call that finds nothing has acked the last batch) or `deadline` (the batch in hand is then
+/// acked with ack). Returns when its last ack returned.
 pub(super) async fn consume(
     c: &Client,
     p: &Partition,
@@ -35,27 +36,33 @@ pub(super) async fn consume(
     tickets: &Tickets,
     out: &mut Vec<Rec>,
 ) -> BoxResult<Option<Instant>> {
-    let receive = c.prepare(RECEIVE).await?;
+    let next = c.prepare(ACK_AND_RECEIVE).await?;
     let ack = c.prepare(LQ_ACK).await?;
     let mut last = None;
+    let mut open: Option<i64> = None;
     let mut msgs = Vec::with_capacity(batch.max(1) as usize);
     while Instant::now() < deadline {
         let rows = c
             .query(
-                &receive,
-                &[&p.queue, &p.partition, &p.owner, &p.epoch, &batch],
+                &next,
+                &[&p.queue, &p.partition, &p.owner, &p.epoch, &open, &batch],
             )
             .await?;
+        if open.take().is_some() {
+            last = Some(Instant::now());
+        }
         let Some(first) = rows.first() else {
             break;
         };
-        let batch_id: i64 = first.get(0);
+        open = Some(first.get(0));
         msgs.clear();
         for r in &rows {
             let (k, s): (i32, i32) = (r.get(1), r.get(2));
             msgs.push((k as u32, s as u32));
         }
         tickets.handle(&msgs, out);
+    }
+    if let Some(batch_id) = open {
         c.execute(
             &ack,
             &[&p.queue, &p.partition, &p.owner, &p.epoch, &batch_id],
