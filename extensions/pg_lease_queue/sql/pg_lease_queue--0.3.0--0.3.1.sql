@@ -14,12 +14,19 @@
 --   * The commit trigger finds a key's lowest position of the transaction through a jsonb object,
 --     not a correlated scan of its list of keys: a send_batch of 10 000 messages over 10 000 keys
 --     with messages pending took 7 s to commit (O(keys^2)), now O(keys log keys).
+--   * Plans that outlive the tables' size: a session keeps its plans, and those made while the
+--     tables were (nearly) empty -- a new installation, or a drained queue once vacuumed -- read
+--     the whole messages table or one of its indexes at every commit and nack once the queue had
+--     grown (0.3.0 too). The commit trigger and nack now find messages one id at a time through
+--     the primary key, and the hot path's functions plan without sequential scans
+--     (enable_seqscan = off: the commit trigger, receive's and ack's internals, nack, release,
+--     redrive, next_due).
 --   * ack_and_receive writes the partition's row once (the ack's close and the next batch in one
 --     update; it wrote it twice).
 -- Replaced (internal): lease_queue._refresh_keys(bigint, integer, text[], bigint[]) by
 --          _refresh_keys(bigint, integer, text[]); _close_batch and _open_batch gain a last
 --          boolean argument (the deferred write of the partition's row).
--- Upgrade: re-creates _stamp_commit_order, receive, ack, ack_and_receive, release, redrive,
+-- Upgrade: re-creates _stamp_commit_order, receive, ack, ack_and_receive, nack, release, redrive,
 -- next_due, version and the internal functions named above; no table changes. A key of a batch open at the
 -- update keeps ready_at NULL until that batch closes, which was and stays correct.
 
@@ -361,8 +368,11 @@ BEGIN
     IF v_ranges IS NULL THEN
         RETURN NULL;
     END IF;
-    -- The ids as an array: every statement below finds its messages by `id = ANY (...)`, an index
-    -- scan of the primary key whatever the plan cached for the function.
+    -- The ids as an array: the statements below find their messages one id at a time through the
+    -- primary key (a lateral subquery the planner cannot turn into a join): whatever the
+    -- statistics said when the session made its plans, a commit reads its own messages only. (With
+    -- `id = ANY (...)` and the statistics of a drained, vacuumed queue, the plan read a whole index
+    -- of messages at every commit.)
     v_ids := ARRAY(SELECT pg_catalog.generate_series(pg_catalog.lower(r.ids), pg_catalog.upper(r.ids) - 1)
                      FROM pg_catalog.unnest(v_ranges) AS r(ids));
     -- Per key ("qid key"), the lowest position of this transaction's messages: looked up by the
@@ -370,8 +380,10 @@ BEGIN
     -- O(keys log keys); a correlated scan of the CTE cost O(keys^2): 7 s for 10 000 keys).
     SELECT pg_catalog.jsonb_object_agg(f.qk, f.first_seq) INTO v_first
       FROM (SELECT m.qid::text || ' ' || m.key AS qk, pg_catalog.min(m.seq) AS first_seq
-              FROM lease_queue.messages AS m
-             WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+              FROM pg_catalog.unnest(v_ids) AS u(id)
+             CROSS JOIN LATERAL (SELECT x.qid, x.key, x.seq FROM lease_queue.messages AS x
+                                  WHERE x.id = u.id OFFSET 0) AS m
+             WHERE m.key IS NOT NULL
              GROUP BY m.qid, m.key) AS f;
     IF v_first IS NULL THEN
         RETURN NULL;
@@ -384,8 +396,10 @@ BEGIN
                pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
                (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due,
                pg_catalog.array_agg(m.id ORDER BY m.seq) AS ids
-          FROM lease_queue.messages AS m
-         WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+          FROM pg_catalog.unnest(v_ids) AS u(id)
+         CROSS JOIN LATERAL (SELECT x.id, x.qid, x.key, x.partition, x.seq, x.deliver_at
+                               FROM lease_queue.messages AS x WHERE x.id = u.id OFFSET 0) AS m
+         WHERE m.key IS NOT NULL
          GROUP BY m.qid, m.key
     ), locked AS (
         INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
@@ -566,6 +580,130 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------------
+-- lease_queue.nack(queue, partition, owner, epoch, batch_id, id, retry_after DEFAULT 0, reason
+-- DEFAULT NULL) -> text ('retrying' or 'dead_lettered')
+--
+-- Fenced like ack. Marks message `id` of the open batch as failed: it leaves the batch and is
+-- delivered again no earlier than retry_after from now, without any later message of its key in
+-- that batch and before any of them; the later messages of its key in the batch leave it too,
+-- undelivered (their attempt is not counted). If it was delivered max_attempts times it is
+-- dead-lettered instead (with `reason`) and its key continues. The rest of the batch stays open for
+-- the ack. A repeated nack of a message that this batch already sent back (also one of those later
+-- messages) changes nothing and reports the message's state. LQ002 if batch_id is not the open batch
+-- at this epoch; LQ003 if the message is not in it; LQ001 no such queue; 22023 on invalid input
+-- (retry_after in [0, 365 days], reason at most 8192 bytes).
+-- ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION lease_queue.nack(
+    queue text, partition integer, owner text, epoch bigint, batch_id bigint, id bigint,
+    retry_after interval DEFAULT interval '0', reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    p lease_queue.partitions;
+    q record;
+    m lease_queue.messages;
+    v_back bigint[];
+    v_dead boolean;
+BEGIN
+    IF (lease_queue._valid_name(nack.queue)
+        AND nack.partition BETWEEN 0 AND 1023
+        AND pg_catalog.octet_length(nack.owner) BETWEEN 1 AND 1024
+        AND nack.epoch IS NOT NULL AND nack.batch_id IS NOT NULL AND nack.id IS NOT NULL
+        AND EXTRACT(epoch FROM nack.retry_after) <@ '[0,31536000]'::pg_catalog.numrange
+        AND (nack.reason IS NULL OR pg_catalog.octet_length(nack.reason) <= 8192)) IS NOT TRUE
+    THEN
+        PERFORM lease_queue._check_partition_args('lease_queue.nack', nack.queue, nack.partition,
+            nack.owner, nack.epoch,
+            CASE WHEN nack.batch_id IS NULL THEN ARRAY['batch_id must not be NULL'] ELSE '{}' END
+            || CASE WHEN nack.id IS NULL THEN ARRAY['id must not be NULL'] ELSE '{}' END
+            || lease_queue._interval_violations('retry_after', nack.retry_after, false)
+            || CASE WHEN pg_catalog.octet_length(nack.reason) > 8192
+                    THEN ARRAY['reason must be at most 8192 bytes (got '
+                               || pg_catalog.octet_length(nack.reason) || ')'] ELSE '{}' END);
+    END IF;
+    p := lease_queue._lock_partition('lease_queue.nack', nack.queue, nack.partition, 'consume');
+    q := lease_queue._queue('lease_queue.nack', nack.queue);
+    PERFORM lease.fence(lease_queue.lease_key(nack.queue, nack.partition), nack.owner, nack.epoch);
+
+    IF p.batch_id IS DISTINCT FROM nack.batch_id OR p.batch_epoch IS DISTINCT FROM nack.epoch THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ002',
+            MESSAGE = 'lease_queue.nack: batch ' || nack.batch_id || ' is not the open batch of partition '
+                      || nack.partition || ' of ' || pg_catalog.quote_literal(nack.queue) || ' at epoch ' || nack.epoch,
+            DETAIL  = CASE WHEN p.batch_id IS NULL THEN 'The partition has no open batch.'
+                           ELSE 'The open batch is ' || p.batch_id || ', issued at epoch ' || p.batch_epoch || '.' END,
+            HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
+    END IF;
+
+    -- By the primary key alone (a condition on qid could lead a plan along an index of the queue's
+    -- messages); a message of another queue is not this batch's.
+    SELECT * INTO m FROM lease_queue.messages AS b WHERE b.id = nack.id;
+    IF m.qid IS DISTINCT FROM p.qid THEN
+        m := NULL;
+    END IF;
+    IF m.id IS NOT NULL AND m.id <> ALL (p.batch_ids) AND m.last_batch_id = nack.batch_id AND m.epoch = nack.epoch THEN
+        RETURN 'retrying';                               -- sent back by this batch already
+    ELSIF m.id IS NULL AND EXISTS (SELECT FROM lease_queue.dead_letters AS d
+                                    WHERE d.id = nack.id AND d.qid = p.qid AND d.batch_id = nack.batch_id
+                                      AND d.epoch = nack.epoch) THEN
+        RETURN 'dead_lettered';
+    ELSIF m.id IS NULL OR m.id <> ALL (p.batch_ids) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'LQ003',
+            MESSAGE = 'lease_queue.nack: message ' || nack.id || ' is not in batch ' || nack.batch_id,
+            HINT    = 'Nack only messages that receive returned in the open batch.';
+    END IF;
+
+    -- No key row is touched here: the batch's keys are brought up to date when it closes (ack) or
+    -- is abandoned, in key order. (Locking the key now would take key rows out of order in a
+    -- transaction that nacks one key and then acks, and deadlock with a committing producer.)
+    IF m.key IS NOT NULL THEN
+        -- The later messages of the key in this batch go back undelivered (their delivery is not
+        -- counted); they record this batch, so that a repeated nack of one of them is recognised.
+        -- The batch's messages are read one id at a time through the primary key (a lateral
+        -- subquery), then updated by id: whatever the statistics were when the session planned
+        -- this, it reads the batch, not the key's backlog nor the table.
+        SELECT pg_catalog.array_agg(u.id) INTO v_back
+          FROM pg_catalog.unnest(p.batch_ids) AS u(id)
+         CROSS JOIN LATERAL (SELECT x.key, x.seq FROM lease_queue.messages AS x
+                              WHERE x.id = u.id OFFSET 0) AS b
+         WHERE b.key = m.key AND b.seq > m.seq;
+        IF v_back IS NOT NULL THEN
+            UPDATE lease_queue.messages AS b
+               SET epoch = nack.epoch, last_batch_id = nack.batch_id
+             WHERE b.id = ANY (v_back);
+        END IF;
+    END IF;
+    -- The message's delivery ends: counted and recorded as its last.
+    v_dead := m.attempts + 1 >= q.max_attempts;
+    IF v_dead THEN
+        UPDATE lease_queue.messages AS b
+           SET attempts = b.attempts + 1, epoch = nack.epoch, last_batch_id = nack.batch_id
+         WHERE b.id = m.id;
+        PERFORM lease_queue._bury(ARRAY[m.id], nack.reason);
+    ELSE
+        UPDATE lease_queue.messages AS b
+           SET attempts = b.attempts + 1, epoch = nack.epoch, last_batch_id = nack.batch_id,
+               retry = true, reason = nack.reason,
+               deliver_at = pg_catalog.clock_timestamp()
+                            + pg_catalog.date_part('epoch', nack.retry_after) * interval '1 second'
+         WHERE b.id = m.id;
+    END IF;
+    -- They leave the batch (its row); the rest stays open for the ack.
+    UPDATE lease_queue.partitions AS t
+       SET batch_ids = COALESCE((SELECT pg_catalog.array_agg(u.id ORDER BY u.n)
+                                   FROM pg_catalog.unnest(p.batch_ids) WITH ORDINALITY AS u(id, n)
+                                  WHERE u.id <> m.id AND u.id <> ALL (COALESCE(v_back, '{}'))), '{}')
+     WHERE t.qid = p.qid AND t.partition = p.partition;
+    RETURN CASE WHEN v_dead THEN 'dead_lettered' ELSE 'retrying' END;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------------
 -- lease_queue.release(queue, partition, owner, epoch, force DEFAULT false) -> integer
 --
 -- Fenced like ack. Releases the partition's lease so that another consumer can claim it at once.
@@ -580,6 +718,7 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p lease_queue.partitions;
@@ -644,6 +783,7 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     q record;
@@ -736,6 +876,7 @@ RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     q record;

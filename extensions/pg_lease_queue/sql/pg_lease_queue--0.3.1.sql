@@ -769,8 +769,11 @@ BEGIN
     IF v_ranges IS NULL THEN
         RETURN NULL;
     END IF;
-    -- The ids as an array: every statement below finds its messages by `id = ANY (...)`, an index
-    -- scan of the primary key whatever the plan cached for the function.
+    -- The ids as an array: the statements below find their messages one id at a time through the
+    -- primary key (a lateral subquery the planner cannot turn into a join): whatever the
+    -- statistics said when the session made its plans, a commit reads its own messages only. (With
+    -- `id = ANY (...)` and the statistics of a drained, vacuumed queue, the plan read a whole index
+    -- of messages at every commit.)
     v_ids := ARRAY(SELECT pg_catalog.generate_series(pg_catalog.lower(r.ids), pg_catalog.upper(r.ids) - 1)
                      FROM pg_catalog.unnest(v_ranges) AS r(ids));
     -- Per key ("qid key"), the lowest position of this transaction's messages: looked up by the
@@ -778,8 +781,10 @@ BEGIN
     -- O(keys log keys); a correlated scan of the CTE cost O(keys^2): 7 s for 10 000 keys).
     SELECT pg_catalog.jsonb_object_agg(f.qk, f.first_seq) INTO v_first
       FROM (SELECT m.qid::text || ' ' || m.key AS qk, pg_catalog.min(m.seq) AS first_seq
-              FROM lease_queue.messages AS m
-             WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+              FROM pg_catalog.unnest(v_ids) AS u(id)
+             CROSS JOIN LATERAL (SELECT x.qid, x.key, x.seq FROM lease_queue.messages AS x
+                                  WHERE x.id = u.id OFFSET 0) AS m
+             WHERE m.key IS NOT NULL
              GROUP BY m.qid, m.key) AS f;
     IF v_first IS NULL THEN
         RETURN NULL;
@@ -792,8 +797,10 @@ BEGIN
                pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
                (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due,
                pg_catalog.array_agg(m.id ORDER BY m.seq) AS ids
-          FROM lease_queue.messages AS m
-         WHERE m.id = ANY (v_ids) AND m.key IS NOT NULL
+          FROM pg_catalog.unnest(v_ids) AS u(id)
+         CROSS JOIN LATERAL (SELECT x.id, x.qid, x.key, x.partition, x.seq, x.deliver_at
+                               FROM lease_queue.messages AS x WHERE x.id = u.id OFFSET 0) AS m
+         WHERE m.key IS NOT NULL
          GROUP BY m.qid, m.key
     ), locked AS (
         INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
@@ -1784,6 +1791,7 @@ RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p lease_queue.partitions;
@@ -1822,14 +1830,19 @@ BEGIN
             HINT    = 'Call lease_queue.receive to get the open batch at your epoch.';
     END IF;
 
-    SELECT * INTO m FROM lease_queue.messages AS b WHERE b.id = nack.id AND b.qid = p.qid;
-    IF FOUND AND m.id <> ALL (p.batch_ids) AND m.last_batch_id = nack.batch_id AND m.epoch = nack.epoch THEN
+    -- By the primary key alone (a condition on qid could lead a plan along an index of the queue's
+    -- messages); a message of another queue is not this batch's.
+    SELECT * INTO m FROM lease_queue.messages AS b WHERE b.id = nack.id;
+    IF m.qid IS DISTINCT FROM p.qid THEN
+        m := NULL;
+    END IF;
+    IF m.id IS NOT NULL AND m.id <> ALL (p.batch_ids) AND m.last_batch_id = nack.batch_id AND m.epoch = nack.epoch THEN
         RETURN 'retrying';                               -- sent back by this batch already
-    ELSIF NOT FOUND AND EXISTS (SELECT FROM lease_queue.dead_letters AS d
-                                 WHERE d.id = nack.id AND d.qid = p.qid AND d.batch_id = nack.batch_id
-                                   AND d.epoch = nack.epoch) THEN
+    ELSIF m.id IS NULL AND EXISTS (SELECT FROM lease_queue.dead_letters AS d
+                                    WHERE d.id = nack.id AND d.qid = p.qid AND d.batch_id = nack.batch_id
+                                      AND d.epoch = nack.epoch) THEN
         RETURN 'dead_lettered';
-    ELSIF NOT FOUND OR m.id <> ALL (p.batch_ids) THEN
+    ELSIF m.id IS NULL OR m.id <> ALL (p.batch_ids) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'LQ003',
             MESSAGE = 'lease_queue.nack: message ' || nack.id || ' is not in batch ' || nack.batch_id,
@@ -1842,13 +1855,19 @@ BEGIN
     IF m.key IS NOT NULL THEN
         -- The later messages of the key in this batch go back undelivered (their delivery is not
         -- counted); they record this batch, so that a repeated nack of one of them is recognised.
-        WITH back AS (
+        -- The batch's messages are read one id at a time through the primary key (a lateral
+        -- subquery), then updated by id: whatever the statistics were when the session planned
+        -- this, it reads the batch, not the key's backlog nor the table.
+        SELECT pg_catalog.array_agg(u.id) INTO v_back
+          FROM pg_catalog.unnest(p.batch_ids) AS u(id)
+         CROSS JOIN LATERAL (SELECT x.key, x.seq FROM lease_queue.messages AS x
+                              WHERE x.id = u.id OFFSET 0) AS b
+         WHERE b.key = m.key AND b.seq > m.seq;
+        IF v_back IS NOT NULL THEN
             UPDATE lease_queue.messages AS b
                SET epoch = nack.epoch, last_batch_id = nack.batch_id
-             WHERE b.id = ANY (p.batch_ids) AND b.key = m.key AND b.seq > m.seq
-            RETURNING b.id
-        )
-        SELECT pg_catalog.array_agg(back.id) INTO v_back FROM back;
+             WHERE b.id = ANY (v_back);
+        END IF;
     END IF;
     -- The message's delivery ends: counted and recorded as its last.
     v_dead := m.attempts + 1 >= q.max_attempts;
@@ -1890,6 +1909,7 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p lease_queue.partitions;
@@ -1954,6 +1974,7 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     q record;
@@ -2113,6 +2134,7 @@ RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     q record;
