@@ -759,71 +759,81 @@ AS $$
 DECLARE
     v_ranges pg_catalog.int8multirange;
     v_ids bigint[];
+    -- Per key of this transaction, in (qid, key) order: its queue, key, partition, the due time of
+    -- its first message (the ready_at of a new key row) and its highest position; and its lowest
+    -- position by "qid key" (a jsonb object: looked up per key row below in O(log keys)).
+    v_qid bigint[];
+    v_key text[] COLLATE "C";
+    v_part integer[];
+    v_due timestamptz[];
+    v_last bigint[];
     v_first jsonb;
+    v_moved jsonb;               -- the keys ("qid key") whose positions are taken again
     v_renumber bigint[];
     v_qids bigint[];
-    v_keys text[];
+    v_keys text[] COLLATE "C";
 BEGIN
     DELETE FROM lease_queue.commit_marks AS c WHERE c.xid = pg_catalog.txid_current()
     RETURNING c.ids INTO v_ranges;
     IF v_ranges IS NULL THEN
         RETURN NULL;
     END IF;
-    -- The ids as an array: the statements below find their messages one id at a time through the
-    -- primary key (a lateral subquery the planner cannot turn into a join): whatever the
-    -- statistics said when the session made its plans, a commit reads its own messages only. (With
-    -- `id = ANY (...)` and the statistics of a drained, vacuumed queue, the plan read a whole index
-    -- of messages at every commit.)
     v_ids := ARRAY(SELECT pg_catalog.generate_series(pg_catalog.lower(r.ids), pg_catalog.upper(r.ids) - 1)
                      FROM pg_catalog.unnest(v_ranges) AS r(ids));
-    -- Per key ("qid key"), the lowest position of this transaction's messages: looked up by the
-    -- update of an existing key row below (a jsonb object is searched by key, so the statement costs
-    -- O(keys log keys); a correlated scan of the CTE cost O(keys^2): 7 s for 10 000 keys).
-    SELECT pg_catalog.jsonb_object_agg(f.qk, f.first_seq) INTO v_first
-      FROM (SELECT m.qid::text || ' ' || m.key AS qk, pg_catalog.min(m.seq) AS first_seq
+    -- This transaction's keyed messages (those of a rolled-back subtransaction are not visible),
+    -- read once, one id at a time through the primary key (a lateral subquery the planner cannot
+    -- turn into a join): whatever the statistics said when the session made its plans, a commit
+    -- reads its own messages only. (With `id = ANY (...)` and the statistics of a drained, vacuumed
+    -- queue, the plan read a whole index of messages at every commit.)
+    SELECT pg_catalog.array_agg(g.qid ORDER BY g.qid, g.key), pg_catalog.array_agg(g.key ORDER BY g.qid, g.key),
+           pg_catalog.array_agg(g.partition ORDER BY g.qid, g.key),
+           pg_catalog.array_agg(g.first_due ORDER BY g.qid, g.key),
+           pg_catalog.array_agg(g.last_seq ORDER BY g.qid, g.key),
+           pg_catalog.jsonb_object_agg(g.qid::text || ' ' || g.key, g.first_seq)
+      INTO v_qid, v_key, v_part, v_due, v_last, v_first
+      FROM (SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
+                   pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
+                   (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due
               FROM pg_catalog.unnest(v_ids) AS u(id)
-             CROSS JOIN LATERAL (SELECT x.qid, x.key, x.seq FROM lease_queue.messages AS x
-                                  WHERE x.id = u.id OFFSET 0) AS m
+             CROSS JOIN LATERAL (SELECT x.qid, x.key, x.partition, x.seq, x.deliver_at
+                                   FROM lease_queue.messages AS x WHERE x.id = u.id OFFSET 0) AS m
              WHERE m.key IS NOT NULL
-             GROUP BY m.qid, m.key) AS f;
-    IF v_first IS NULL THEN
+             GROUP BY m.qid, m.key) AS g;
+    IF v_qid IS NULL THEN
         RETURN NULL;
     END IF;
-    -- This transaction's keyed messages (those of a rolled-back subtransaction are not visible);
-    -- per key its lowest and highest position, the first one's due time (the ready_at of a new key
-    -- row) and its ids in position order.
-    WITH mine AS MATERIALIZED (
-        SELECT m.qid, m.key, pg_catalog.min(m.partition) AS partition,
-               pg_catalog.min(m.seq) AS first_seq, pg_catalog.max(m.seq) AS last_seq,
-               (pg_catalog.array_agg(m.deliver_at ORDER BY m.seq))[1] AS first_due,
-               pg_catalog.array_agg(m.id ORDER BY m.seq) AS ids
-          FROM pg_catalog.unnest(v_ids) AS u(id)
-         CROSS JOIN LATERAL (SELECT x.id, x.qid, x.key, x.partition, x.seq, x.deliver_at
-                               FROM lease_queue.messages AS x WHERE x.id = u.id OFFSET 0) AS m
-         WHERE m.key IS NOT NULL
-         GROUP BY m.qid, m.key
-    ), locked AS (
+    -- The key rows, created or locked in key order; a row's last_seq becomes this transaction's
+    -- highest position of the key when all its positions lie above it. The keys whose last_seq did
+    -- not become that are to be renumbered.
+    WITH locked AS (
         INSERT INTO lease_queue.keys AS k (qid, key, partition, ready_at, last_seq)
-        SELECT mine.qid, mine.key, mine.partition, mine.first_due, mine.last_seq
-          FROM mine
-         ORDER BY mine.qid, mine.key
+        SELECT u.qid, u.key, u.part, u.due, u.last
+          FROM ROWS FROM (pg_catalog.unnest(v_qid), pg_catalog.unnest(v_key), pg_catalog.unnest(v_part),
+                          pg_catalog.unnest(v_due), pg_catalog.unnest(v_last)) AS u(qid, key, part, due, last)
+         ORDER BY u.qid, u.key
         ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
            SET last_seq = CASE WHEN k.last_seq < (v_first ->> (k.qid::text || ' ' || k.key))::bigint
                                THEN EXCLUDED.last_seq ELSE k.last_seq END
         RETURNING k.qid, k.key, k.last_seq
     )
-    -- The keys whose last_seq did not become this transaction's highest position: their messages,
-    -- key by key in position order, to renumber.
-    SELECT pg_catalog.array_agg(x.id ORDER BY mine.qid, mine.key, x.n),
-           pg_catalog.array_agg(DISTINCT mine.qid), pg_catalog.array_agg(DISTINCT mine.key)
-      INTO v_renumber, v_qids, v_keys
+    SELECT pg_catalog.jsonb_object_agg(l.qid::text || ' ' || l.key, true),
+           pg_catalog.array_agg(DISTINCT l.qid), pg_catalog.array_agg(DISTINCT l.key)
+      INTO v_moved, v_qids, v_keys
       FROM locked AS l
-      JOIN mine ON mine.qid = l.qid AND mine.key = l.key
-     CROSS JOIN LATERAL pg_catalog.unnest(mine.ids) WITH ORDINALITY AS x(id, n)
-     WHERE l.last_seq <> mine.last_seq;
-    IF v_renumber IS NULL THEN
+      JOIN ROWS FROM (pg_catalog.unnest(v_qid), pg_catalog.unnest(v_key), pg_catalog.unnest(v_last))
+           AS u(qid, key, last)
+        ON u.qid = l.qid AND u.key = l.key
+     WHERE l.last_seq <> u.last;
+    IF v_moved IS NULL THEN
         RETURN NULL;
     END IF;
+    -- Their messages, key by key in position order, take new positions after every one taken so
+    -- far (the transaction holds their key rows' locks).
+    SELECT pg_catalog.array_agg(m.id ORDER BY m.qid, m.key, m.seq) INTO v_renumber
+      FROM pg_catalog.unnest(v_ids) AS u(id)
+     CROSS JOIN LATERAL (SELECT x.id, x.qid, x.key, x.seq FROM lease_queue.messages AS x
+                          WHERE x.id = u.id OFFSET 0) AS m
+     WHERE m.key IS NOT NULL AND v_moved ? (m.qid::text || ' ' || m.key);
     WITH numbered AS MATERIALIZED (
         SELECT u.id, pg_catalog.nextval('lease_queue.message_ids') AS seq
           FROM pg_catalog.unnest(v_renumber) WITH ORDINALITY AS u(id, n)
@@ -836,7 +846,7 @@ BEGIN
     UPDATE lease_queue.keys AS k SET last_seq = t.seq
       FROM (SELECT mv.qid, mv.key, pg_catalog.max(mv.seq) AS seq FROM moved AS mv
              GROUP BY mv.qid, mv.key) AS t
-     WHERE k.qid = ANY (v_qids) AND k.key = ANY (v_keys::text[] COLLATE "C")
+     WHERE k.qid = ANY (v_qids) AND k.key = ANY (v_keys)
        AND k.qid = t.qid AND k.key = t.key;
     RETURN NULL;
 END
