@@ -950,7 +950,15 @@ async fn forcer(ctx: Arc<Ctx>, mut rng: Rng) {
                 op.lo = t0;
             }
             Err(Fail::Sql(code)) => {
-                ctx.unexpected(format!("force_release failed with {code}"));
+                // force_release waits for the key's row in its lock queue (PostgreSQL's tuple
+                // lock) behind the current locker. When workers' transactions deadlock over that
+                // row and another one, the cycle runs through the queued call, and the detector
+                // may pick it as the victim: 40P01, nothing changed (server log of PostgreSQL 14
+                // runs: force_release queued on a row a transfer held, that transfer waiting for
+                // a worker queued behind force_release). Anything else is unexpected.
+                if code != "40P01" {
+                    ctx.unexpected(format!("force_release failed with {code}"));
+                }
                 op.outcome = Outcome::Failed(code);
                 op.commit = Commit::NotCommitted;
                 op.visible_at = None;
