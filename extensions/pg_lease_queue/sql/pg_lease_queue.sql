@@ -812,7 +812,7 @@ BEGIN
                           pg_catalog.unnest(v_due), pg_catalog.unnest(v_last)) AS u(qid, key, part, due, last)
          ORDER BY u.qid, u.key
         ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
-           SET last_seq = CASE WHEN k.last_seq < (v_first ->> (k.qid::text || ' ' || k.key))::bigint
+           SET last_seq = CASE WHEN k.last_seq < (v_first OPERATOR(pg_catalog.->>) (k.qid::text || ' ' || k.key))::bigint
                                THEN EXCLUDED.last_seq ELSE k.last_seq END
         RETURNING k.qid, k.key, k.last_seq
     )
@@ -833,7 +833,7 @@ BEGIN
       FROM pg_catalog.unnest(v_ids) AS u(id)
      CROSS JOIN LATERAL (SELECT x.id, x.qid, x.key, x.seq FROM lease_queue.messages AS x
                           WHERE x.id = u.id OFFSET 0) AS m
-     WHERE m.key IS NOT NULL AND v_moved ? (m.qid::text || ' ' || m.key);
+     WHERE m.key IS NOT NULL AND v_moved OPERATOR(pg_catalog.?) (m.qid::text || ' ' || m.key);
     WITH numbered AS MATERIALIZED (
         SELECT u.id, pg_catalog.nextval('lease_queue.message_ids') AS seq
           FROM pg_catalog.unnest(v_renumber) WITH ORDINALITY AS u(id, n)
